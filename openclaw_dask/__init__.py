@@ -1,0 +1,44 @@
+"""openclaw_dask: one YAML file runs chunked Dask array and graph work in parallel.
+
+>>> import openclaw_dask
+>>> with openclaw_dask.session("openclaw_config.yaml") as s:   # doctest: +SKIP
+...     x = s.array((200_000_000,), fill="random")
+...     s.compute(x.mean())
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from openclaw_dask.chunking import ChunkPlan, plan_chunks
+from openclaw_dask.config import Config, load_config
+from openclaw_dask.errors import (
+    BackendUnavailable,
+    ClusterStartError,
+    ConfigError,
+    OpenclawError,
+    ResultMismatch,
+    RunError,
+)
+from openclaw_dask.session import Session, session
+
+try:
+    __version__ = version("openclaw-dask")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0+unknown"
+
+__all__ = [
+    "BackendUnavailable",
+    "ChunkPlan",
+    "ClusterStartError",
+    "Config",
+    "ConfigError",
+    "OpenclawError",
+    "ResultMismatch",
+    "RunError",
+    "Session",
+    "__version__",
+    "load_config",
+    "plan_chunks",
+    "session",
+]

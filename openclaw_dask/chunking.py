@@ -1,0 +1,155 @@
+"""Turn ``task_chunk_size`` and ``strategy`` into dask chunks for a shape and dtype.
+
+The ``auto`` rule
+-----------------
+1. Start from the guide's rule: ``total bytes / (parallel slots x 10)``, so every
+   thread gets about ten chunks and the scheduler can balance load.
+2. Raise it to :data:`MIN_AUTO_CHUNK` for the backend: below that, fixed per-task
+   cost (scheduling, messages) dominates the work. The floor is the chunk a
+   memory-bound NumPy reduction streams in ``20 x`` the per-task overhead, so
+   overhead stays under 5%: ``overhead_s x 13.5 GB/s x 20``.
+3. Lower it to :data:`MAX_AUTO_CHUNK` and to a quarter of one thread's share of
+   worker memory, so a worker holds a few chunks per thread at once.
+4. Lower it to ``total / slots`` so every slot has at least one chunk.
+
+The constants are measured on the 2-core reference machine; ``docs/benchmarks.md``
+shows the sweep behind them (``python benchmarks/array_sum_chunks.py``).
+
+Layout
+------
+``data`` splits the first (sample) axis and keeps the others whole; ``model`` splits
+the last (parameter) axis first. When one slice along that axis is bigger than the
+target, the next axis is split as well. Chunks along an axis are balanced (sizes
+differ by at most one) rather than leaving a small remainder.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from dask.utils import format_bytes
+
+from openclaw_dask.config.schema import ChunkSize
+
+__all__ = ["MAX_AUTO_CHUNK", "MIN_AUTO_CHUNK", "TASK_OVERHEAD_S", "ChunkPlan", "plan_chunks"]
+
+# Fixed cost of one extra task, seconds (DESIGN.md section 6, re-measured in docs/benchmarks.md).
+TASK_OVERHEAD_S = {"sync": 0.0002, "thread": 0.0005, "process": 0.0013, "remote": 0.0013}
+_STREAM_BYTES_PER_S = 13.5e9  # one thread summing float64 from memory
+_OVERHEAD_FACTOR = 20  # work per task >= 20 x overhead, i.e. overhead <= 5%
+MIN_AUTO_CHUNK = {
+    k: int(min(256 * 2**20, max(4 * 2**20, v * _STREAM_BYTES_PER_S * _OVERHEAD_FACTOR)))
+    for k, v in TASK_OVERHEAD_S.items()
+}
+MAX_AUTO_CHUNK = 512 * 2**20
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """Chunks chosen for one array, and why.
+
+    Attributes
+    ----------
+    chunks
+        Normalised dask chunks, one tuple of block sizes per axis.
+    target_bytes
+        The chunk size aimed for.
+    reason
+        One line explaining how ``target_bytes`` was chosen.
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    chunks: tuple[tuple[int, ...], ...]
+    target_bytes: int
+    reason: str
+
+    @property
+    def n_chunks(self) -> int:
+        return math.prod(len(c) for c in self.chunks)
+
+    @property
+    def chunk_bytes(self) -> int:
+        """Bytes of the largest chunk."""
+        return self.dtype.itemsize * math.prod(max(c, default=0) for c in self.chunks)
+
+
+def _auto_target(total: int, slots: int, backend: str, worker_memory: int | None, threads_per_worker: int) -> tuple[int, str]:
+    guide = total / (slots * 10)
+    target, steps = guide, [f"auto: {format_bytes(total)} / ({slots} slots x 10) = {format_bytes(int(guide))}"]
+    floor = MIN_AUTO_CHUNK.get(backend, MIN_AUTO_CHUNK["process"])
+    if target < floor:
+        target = floor
+        steps.append(f"raised to {format_bytes(floor)} (per-task overhead of {backend})")
+    cap = MAX_AUTO_CHUNK
+    if worker_memory:
+        cap = min(cap, worker_memory // (4 * max(1, threads_per_worker)))
+    if target > cap:
+        target = cap
+        steps.append(f"lowered to {format_bytes(cap)} (memory per thread / 4)")
+    share = math.ceil(total / slots)
+    if target > share:
+        target = share
+        steps.append(f"lowered to {format_bytes(share)} (one chunk per slot)")
+    return int(target), ", ".join(steps)
+
+
+def _balanced(n: int, size: int) -> tuple[int, ...]:
+    if n == 0:
+        return (0,)
+    blocks = math.ceil(n / max(1, size))
+    base, extra = divmod(n, blocks)
+    return tuple(base + (1 if i < extra else 0) for i in range(blocks))
+
+
+def plan_chunks(
+    shape: tuple[int, ...],
+    dtype: np.dtype | str,
+    *,
+    task_chunk_size: ChunkSize,
+    strategy: str = "data",
+    slots: int = 1,
+    backend: str = "thread",
+    worker_memory: int | None = None,
+    threads_per_worker: int = 1,
+) -> ChunkPlan:
+    """Choose chunks for an array of ``shape`` and ``dtype``.
+
+    Parameters
+    ----------
+    task_chunk_size
+        Bytes, elements, or auto (see the module docstring for the rule).
+    strategy
+        ``data`` splits axis 0 first; ``model`` splits the last axis first.
+    slots
+        Threads that run tasks at once, over all workers.
+    backend
+        Which per-task overhead applies (``sync``, ``thread``, ``process``, ``remote``).
+    worker_memory, threads_per_worker
+        Memory limit of one worker and its threads, for the auto upper bound.
+    """
+    shape = tuple(int(s) for s in shape)
+    dtype = np.dtype(dtype)
+    total = dtype.itemsize * math.prod(shape)
+    if task_chunk_size.kind == "bytes":
+        target, reason = int(task_chunk_size.value), f"task_chunk_size = {format_bytes(task_chunk_size.value)}"
+    elif task_chunk_size.kind == "elements":
+        target = int(task_chunk_size.value) * dtype.itemsize
+        reason = f"task_chunk_size = {task_chunk_size.value} elements x {dtype.itemsize} B"
+    else:
+        target, reason = _auto_target(total, max(1, slots), backend, worker_memory, threads_per_worker)
+
+    block = list(shape)
+    budget = max(1, target // dtype.itemsize)  # elements per chunk
+    order = range(len(shape)) if strategy == "data" else reversed(range(len(shape)))
+    for axis in order:
+        others = math.prod(block[a] for a in range(len(shape)) if a != axis)
+        if others * shape[axis] <= budget:
+            break
+        block[axis] = max(1, budget // max(1, others))
+        if others <= budget:
+            break
+    chunks = tuple(_balanced(n, b) for n, b in zip(shape, block))
+    return ChunkPlan(shape=shape, dtype=dtype, chunks=chunks, target_bytes=target, reason=reason)

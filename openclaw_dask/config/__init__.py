@@ -1,0 +1,20 @@
+"""Configuration: one YAML file, environment overrides and ``--set``, into a frozen :class:`Config`."""
+
+from __future__ import annotations
+
+from openclaw_dask.config.loader import DEFAULT_FILENAME, default_config_text, load_config, parse_assignment
+from openclaw_dask.config.model import ClusterConfig, Config, ParallelConfig, WorkloadConfig
+from openclaw_dask.config.schema import KEYS, ChunkSize
+
+__all__ = [
+    "DEFAULT_FILENAME",
+    "KEYS",
+    "ChunkSize",
+    "ClusterConfig",
+    "Config",
+    "ParallelConfig",
+    "WorkloadConfig",
+    "default_config_text",
+    "load_config",
+    "parse_assignment",
+]

@@ -1,0 +1,87 @@
+"""Checks that span several keys, or refuse what this build cannot run yet.
+
+A key whose feature is not built yet is accepted only at its default ("off") value;
+any other value is refused with a clear message instead of being ignored.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import TYPE_CHECKING, Any
+
+from openclaw_dask.errors import ConfigError
+
+if TYPE_CHECKING:
+    from openclaw_dask.config.model import Config
+
+__all__ = ["check", "is_loopback", "NOT_YET"]
+
+# Keys accepted only at their default until the feature lands; value = default.
+NOT_YET: dict[str, Any] = {
+    "parallel.fusion_buffer_size": None,
+    "parallel.mpi_shared_memory": False,
+    "parallel.hybrid": False,
+    "parallel.async_io": False,
+    "parallel.sync_interval": 1,
+    "parallel.batch_size": None,
+    "parallel.memory_pooling": False,
+    "parallel.gpu_memory_fraction": 0.7,
+    "parallel.socket_buffer_size": None,
+    "parallel.rdma": False,
+}
+BUILT_BACKENDS = ("thread", "process", "remote")
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback IPs (no name is resolved: that could leave the machine)."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _fail(config: Config, dotted: str, message: str) -> ConfigError:
+    return ConfigError(f"{config.sources.get(dotted, 'default')}: {dotted} = {_yaml(config.get(dotted))}: {message}")
+
+
+def check(config: Config) -> None:
+    """Raise :class:`ConfigError` for the first combination that cannot run."""
+    p, c = config.parallel, config.cluster
+    for dotted, default in NOT_YET.items():
+        if config.get(dotted) != default:
+            raise _fail(config, dotted, f"not available in this build yet; remove the key or set it to {_yaml(default)}")
+    if p.backend not in BUILT_BACKENDS:
+        raise _fail(config, "parallel.backend", f"backend not available in this build yet; use one of {', '.join(BUILT_BACKENDS)}")
+    if p.strategy == "pipeline":
+        raise _fail(config, "parallel.strategy", "pipeline mode is not available in this build yet; use data or model")
+    if p.communication == "tls":
+        raise _fail(config, "parallel.communication", "TLS is not available in this build yet; use tcp on loopback")
+    if p.communication == "inproc" and p.backend != "thread":
+        raise _fail(config, "parallel.communication", f"inproc works only within one process (backend thread), not backend {p.backend}; use tcp")
+    if p.omp_threads != 1 and p.backend != "process":
+        raise _fail(config, "parallel.omp_threads", f"threads per worker process apply to backend process only (backend is {p.backend}); set parallel.workers instead")
+    if p.backend == "remote":
+        if not c.scheduler_address:
+            raise _fail(config, "cluster.scheduler_address", "backend remote needs the address of a running dask-scheduler, e.g. tcp://127.0.0.1:8786")
+        if p.communication not in ("auto", "tcp", "gloo") and not c.scheduler_address.startswith(p.communication):
+            raise _fail(config, "parallel.communication", f"the scheduler address {c.scheduler_address} sets the protocol; use auto")
+        if c.memory_limit != "auto":
+            raise _fail(config, "cluster.memory_limit", "remote workers are started by dask-worker; set --memory-limit there")
+    elif c.scheduler_address:
+        raise _fail(config, "cluster.scheduler_address", f"used only with backend remote (backend is {p.backend}); remove it or set parallel.backend=remote")
+    if not c.allow_insecure_bind:
+        if not is_loopback(c.host):
+            raise _fail(config, "cluster.host", "binding a non-loopback address without TLS lets anyone who reaches it run code; use 127.0.0.1 or set cluster.allow_insecure_bind=true")
+        dash_host = c.dashboard.rpartition(":")[0] if isinstance(c.dashboard, str) else ""
+        if dash_host and not is_loopback(dash_host):
+            raise _fail(config, "cluster.dashboard", "a dashboard on a non-loopback address is reachable by others; use a port only, or set cluster.allow_insecure_bind=true")
+
+
+def _yaml(value: Any) -> str:
+    """Show a value as it would be written in the YAML file."""
+    if value is None:
+        return "null"
+    return str(value).lower() if isinstance(value, bool) else str(value)

@@ -1,0 +1,238 @@
+"""Read, merge and validate configuration layers into one frozen :class:`Config`.
+
+Precedence, lowest first: packaged defaults, the YAML file, ``OPENCLAW_<KEY>``
+environment variables, explicit overrides (``--set`` on the CLI, keyword arguments
+in Python). Every error names the dotted key, the value received, what is allowed,
+and where the value came from.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from openclaw_dask.config import checks
+from openclaw_dask.config.model import ClusterConfig, Config, ParallelConfig, WorkloadConfig
+from openclaw_dask.config.schema import KEYS, SECTIONS, Invalid, key_by_name
+from openclaw_dask.errors import ConfigError
+
+__all__ = ["DEFAULT_FILENAME", "default_config_text", "load_config", "parse_assignment"]
+
+DEFAULT_FILENAME = "openclaw_config.yaml"
+# Environment variables of openclaw's own that are not configuration keys.
+RESERVED_ENV = frozenset({"OPENCLAW_CONFIG"})
+
+_Layer = dict[str, tuple[Any, str]]  # dotted key -> (raw value, source)
+
+
+def default_config_text() -> str:
+    """The packaged defaults file: every key with its default and a comment."""
+    return resources.files("openclaw_dask.config").joinpath("defaults.yaml").read_text("utf-8")
+
+
+def _suggest(name: str, candidates: list[str]) -> str:
+    match = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return f"; did you mean {match[0]}?" if match else f"; known keys: {', '.join(candidates)}"
+
+
+def _unknown_key(dotted: str, where: str) -> ConfigError:
+    section, _, name = dotted.partition(".")
+    elsewhere = key_by_name(name)
+    if elsewhere is not None and elsewhere.section != section:
+        return ConfigError(f"{where}: unknown key {dotted}; it belongs to section {elsewhere.section}: write {elsewhere.dotted}")
+    names = [k.dotted for k in KEYS if k.section == section] or [k.dotted for k in KEYS]
+    return ConfigError(f"{where}: unknown key {dotted}{_suggest(dotted, names)}")
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, Mapping) and value:
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif prefix:
+        out[prefix] = value
+
+
+def _read_file(path: Path) -> tuple[_Layer, dict[str, Any]]:
+    """Parse one YAML file into a layer of typed-section keys and a flat dask mapping."""
+    try:
+        text = path.read_text("utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}; check the path or run `openclaw init`") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}{line}: invalid YAML: {problem}") from None
+    if data is None:
+        return {}, {}
+    if not isinstance(data, dict) or not isinstance(root, yaml.MappingNode):
+        raise ConfigError(f"{path}:1: the file must be a mapping of sections ({', '.join(SECTIONS)}), got {type(data).__name__}")
+
+    lines: dict[str, int] = {}
+    for knode, vnode in root.value:
+        lines[knode.value] = knode.start_mark.line + 1
+        if isinstance(vnode, yaml.MappingNode):
+            for k2, _ in vnode.value:
+                lines[f"{knode.value}.{k2.value}"] = k2.start_mark.line + 1
+
+    layer: _Layer = {}
+    dask_cfg: dict[str, Any] = {}
+    for section, body in data.items():
+        where = f"{path}:{lines.get(str(section), 1)}"
+        if section not in SECTIONS:
+            raise ConfigError(f"{where}: unknown section {section!r}{_suggest(str(section), list(SECTIONS))}")
+        if body is None:
+            continue
+        if not isinstance(body, dict):
+            raise ConfigError(f"{where}: section {section} must be a mapping of keys, got {body!r}")
+        if section == "dask":
+            _flatten("", body, dask_cfg)
+            continue
+        for name, value in body.items():
+            dotted = f"{section}.{name}"
+            where = f"{path}:{lines.get(dotted, 1)}"
+            if key_by_name(dotted) is None:
+                raise _unknown_key(dotted, where)
+            layer[dotted] = (value, where)
+    return layer, dask_cfg
+
+
+def _parse_scalar(text: str) -> Any:
+    """Read a value from the environment or ``--set`` the way YAML would read it."""
+    try:
+        return yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError:
+        return text
+
+
+def _env_layer(env: Mapping[str, str]) -> _Layer:
+    layer: _Layer = {}
+    env_names = {k.env: k for k in KEYS}
+    for var, text in env.items():
+        if not var.startswith("OPENCLAW_") or var in RESERVED_ENV:
+            continue
+        key = env_names.get(var)
+        if key is None:
+            raise ConfigError(
+                f"environment variable {var}={text!r} is not an openclaw setting{_suggest(var, sorted(env_names))}; "
+                "unset it or fix its name"
+            )
+        layer[key.dotted] = (_parse_scalar(text), f"env {var}={text}")
+    return layer
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """Split a ``--set KEY=VALUE`` argument; the value is read as YAML (``2``, ``false``, ``64MiB``)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set parallel.workers=2")
+    return key.strip(), _parse_scalar(value)
+
+
+def _override_layer(overrides: Mapping[str, Any], label: str) -> tuple[_Layer, dict[str, Any]]:
+    layer: _Layer = {}
+    dask_cfg: dict[str, Any] = {}
+    for name, value in overrides.items():
+        where = f"{label} {name}={value}"
+        if name.startswith("dask."):
+            _flatten(name[len("dask."):], value, dask_cfg)
+            continue
+        key = key_by_name(name)
+        if key is None:
+            if "." in name:
+                raise _unknown_key(name, where)
+            raise ConfigError(f"{where}: unknown key {name}{_suggest(name, [k.name for k in KEYS])}")
+        layer[key.dotted] = (value, where)
+    return layer, dask_cfg
+
+
+def _discover(path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Path | None:
+    if path is not None:
+        return Path(path)
+    if env.get("OPENCLAW_CONFIG"):
+        return Path(env["OPENCLAW_CONFIG"])
+    candidate = Path.cwd() / DEFAULT_FILENAME
+    return candidate if candidate.is_file() else None
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    override_label: str = "argument",
+) -> Config:
+    """Build the effective configuration.
+
+    Parameters
+    ----------
+    path
+        A YAML file. ``None`` uses ``$OPENCLAW_CONFIG``, else ``./openclaw_config.yaml``
+        if it exists, else the packaged defaults alone.
+    overrides
+        Highest-precedence values, keyed by dotted name (``parallel.workers``), bare
+        name (``workers``), or ``dask.<dotted.dask.key>``.
+    env
+        The environment to read ``OPENCLAW_<KEY>`` from (default ``os.environ``).
+    override_label
+        How errors name the origin of ``overrides`` (the CLI passes ``--set``).
+
+    Returns
+    -------
+    Config
+        Frozen and validated.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown key, a bad value, or a combination this build cannot run.
+    """
+    env = os.environ if env is None else env
+    defaults = yaml.safe_load(default_config_text())
+    layers: list[_Layer] = [{f"{s}.{n}": (v, "default") for s in SECTIONS[:-1] for n, v in defaults[s].items()}]
+    dask_cfg: dict[str, Any] = {}
+    file = _discover(path, env)
+    if file is not None:
+        file_layer, file_dask = _read_file(file)
+        layers.append(file_layer)
+        dask_cfg.update(file_dask)
+    layers.append(_env_layer(env))
+    over_layer, over_dask = _override_layer(overrides or {}, override_label)
+    layers.append(over_layer)
+    dask_cfg.update(over_dask)
+
+    merged: _Layer = {}
+    for layer in layers:
+        merged.update(layer)
+
+    values: dict[str, Any] = {}
+    for key in KEYS:
+        raw, where = merged[key.dotted]
+        try:
+            values[key.dotted] = key.coerce(raw)
+        except Invalid as e:
+            raise ConfigError(f"{where}: {key.dotted} must be {e}, got {raw!r}") from None
+
+    def section(cls: type, name: str) -> Any:
+        return cls(**{k.name: values[k.dotted] for k in KEYS if k.section == name})
+
+    config = Config(
+        parallel=section(ParallelConfig, "parallel"),
+        cluster=section(ClusterConfig, "cluster"),
+        workload=section(WorkloadConfig, "workload"),
+        dask=MappingProxyType(dask_cfg),
+        sources=MappingProxyType({k: src for k, (_, src) in merged.items()}),
+        path=file.resolve() if file is not None else None,
+    )
+    checks.check(config)
+    return config

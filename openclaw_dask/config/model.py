@@ -1,0 +1,97 @@
+"""Frozen, typed configuration objects built by :func:`~openclaw_dask.config.load_config`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from openclaw_dask.config.schema import ChunkSize
+
+__all__ = ["ClusterConfig", "Config", "ParallelConfig", "WorkloadConfig"]
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """The guide's ``parallel:`` section (see README, "Configuration reference")."""
+
+    enabled: bool
+    backend: str
+    workers: int | str
+    strategy: str
+    communication: str
+    task_chunk_size: ChunkSize
+    fusion_buffer_size: int | None
+    mpi_shared_memory: bool
+    hybrid: bool
+    omp_threads: int
+    async_io: bool
+    sync_interval: int
+    batch_size: int | None
+    memory_pooling: bool
+    gpu_memory_fraction: float
+    timeout: float
+    socket_buffer_size: int | None
+    rdma: bool
+    network_interface: str | None
+    log_level: str
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Where and how the cluster binds."""
+
+    scheduler_address: str | None
+    host: str
+    allow_insecure_bind: bool
+    dashboard: str | bool
+    memory_limit: int | str
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """Parameters of the built-in workloads."""
+
+    size: int
+    repeat: int
+
+
+@dataclass(frozen=True)
+class Config:
+    """The effective configuration.
+
+    Attributes
+    ----------
+    parallel, cluster, workload
+        The typed sections.
+    dask
+        Passed unchanged to :mod:`dask.config` while a session runs (read-only mapping).
+    sources
+        For each dotted key, where its value came from: ``default``, ``FILE:LINE``,
+        ``env OPENCLAW_<KEY>`` or ``--set``.
+    path
+        The file the configuration was read from, if any.
+    """
+
+    parallel: ParallelConfig
+    cluster: ClusterConfig
+    workload: WorkloadConfig
+    dask: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    path: Path | None = None
+
+    def get(self, dotted: str) -> Any:
+        """Return the value of a dotted key such as ``parallel.workers``."""
+        section, _, name = dotted.partition(".")
+        return getattr(getattr(self, section), name)
+
+    def items(self) -> list[tuple[str, Any]]:
+        """All ``(dotted key, value)`` pairs of the typed sections, in schema order."""
+        return [
+            (f"{s}.{f.name}", getattr(getattr(self, s), f.name))
+            for s in ("parallel", "cluster", "workload")
+            for f in dataclasses.fields(getattr(self, s))
+        ]

@@ -1,0 +1,227 @@
+"""The configuration schema: every key, its type, and what values it accepts.
+
+Each key is a :class:`Key` with a coercer that turns the raw YAML/env/CLI value into
+a typed value or raises :class:`Invalid` with a description of what is allowed. The
+defaults themselves live in ``defaults.yaml`` beside this module (with a comment on
+every key); ``tests/test_config.py`` keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dask.utils import parse_bytes, parse_timedelta
+
+__all__ = ["KEYS", "SECTIONS", "ChunkSize", "Invalid", "Key", "key_by_name"]
+
+
+class Invalid(Exception):
+    """Raised by a coercer; the message says what is allowed."""
+
+
+@dataclass(frozen=True)
+class ChunkSize:
+    """A parsed ``task_chunk_size``: ``auto``, a byte size, or an element count."""
+
+    kind: str  # "auto" | "bytes" | "elements"
+    value: int | None = None
+
+    def __str__(self) -> str:
+        if self.kind == "auto":
+            return "auto"
+        if self.kind == "elements":
+            return f"{self.value} elements"
+        return str(self.value)
+
+
+@dataclass(frozen=True)
+class Key:
+    """One configuration key.
+
+    Parameters
+    ----------
+    section, name
+        The key is spelled ``section.name`` in files and ``--set``, and
+        ``OPENCLAW_<NAME>`` in the environment (names are unique across sections).
+    coerce
+        Turns a raw value into the typed value, or raises :class:`Invalid`.
+    """
+
+    section: str
+    name: str
+    coerce: Callable[[Any], Any]
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.section}.{self.name}"
+
+    @property
+    def env(self) -> str:
+        return f"OPENCLAW_{self.name.upper()}"
+
+
+# -- coercers -------------------------------------------------------------------------
+
+
+def _bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    raise Invalid("true or false")
+
+
+def _choice(*choices: str) -> Callable[[Any], str]:
+    def coerce(v: Any) -> str:
+        if isinstance(v, str) and v.lower() in choices:
+            return v.lower()
+        raise Invalid("one of " + ", ".join(choices))
+
+    return coerce
+
+
+def _int(minimum: int = 1, *, auto: bool = False, none: bool = False) -> Callable[[Any], Any]:
+    allowed = f"an integer >= {minimum}" + (" or 'auto'" if auto else "") + (" or null" if none else "")
+
+    def coerce(v: Any) -> Any:
+        if auto and v == "auto":
+            return "auto"
+        if none and v is None:
+            return None
+        if isinstance(v, int) and not isinstance(v, bool) and v >= minimum:
+            return v
+        raise Invalid(allowed)
+
+    return coerce
+
+
+def _size(*, auto: bool = False, none: bool = False, minimum: int = 1) -> Callable[[Any], Any]:
+    allowed = "a size such as 64MiB, 2GB or a number of bytes" + (
+        " or 'auto'" if auto else ""
+    ) + (" or null" if none else "")
+
+    def coerce(v: Any) -> Any:
+        if auto and v == "auto":
+            return "auto"
+        if none and v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, str)):
+            raise Invalid(allowed)
+        try:
+            n = parse_bytes(v)
+        except (ValueError, TypeError):
+            raise Invalid(allowed) from None
+        if n < minimum:
+            raise Invalid(f"{allowed}, at least {minimum} byte(s)")
+        return int(n)
+
+    return coerce
+
+
+_ELEMENTS = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]*)?(?:e[0-9]+)?)\s*elements?\s*$", re.I)
+
+
+def _chunk_size(v: Any) -> ChunkSize:
+    if v == "auto":
+        return ChunkSize("auto")
+    if isinstance(v, str):
+        m = _ELEMENTS.match(v)
+        if m:
+            n = float(m.group(1).replace("_", ""))
+            if n >= 1 and n == int(n):
+                return ChunkSize("elements", int(n))
+    try:
+        return ChunkSize("bytes", _size()(v))
+    except Invalid:
+        raise Invalid("'auto', a size such as 64MiB (bytes), or a count such as '1000000 elements'") from None
+
+
+def _duration(v: Any) -> float:
+    allowed = "a positive duration such as 30s, 10m or a number of seconds"
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise Invalid(allowed)
+    try:
+        t = float(parse_timedelta(v))
+    except (ValueError, KeyError, TypeError):
+        raise Invalid(allowed) from None
+    if not t > 0 or math.isinf(t):
+        raise Invalid(allowed)
+    return t
+
+
+def _fraction(v: Any) -> float:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 0.95:
+        return float(v)
+    raise Invalid("a number in (0, 0.95]; 0.7 or less is advised when several processes share a GPU")
+
+
+def _optional_str(v: Any) -> str | None:
+    if v is None or (isinstance(v, str) and v.strip()):
+        return v.strip() if isinstance(v, str) else None
+    raise Invalid("a non-empty string or null")
+
+
+def _str(v: Any) -> str:
+    if isinstance(v, str) and v.strip():
+        return v.strip()
+    raise Invalid("a non-empty string")
+
+
+def _dashboard(v: Any) -> str | bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        v = str(v)
+    if isinstance(v, str) and re.fullmatch(r"(\[?[0-9A-Za-z.:-]*\]?:)?[0-9]{1,5}", v.strip()):
+        return v.strip()
+    raise Invalid("false, true (127.0.0.1 on a free port), a port such as 8787, or HOST:PORT")
+
+
+BACKENDS = ("thread", "process", "remote", "mpi", "cuda", "kubernetes")
+COMMUNICATIONS = ("auto", "tcp", "inproc", "tls", "ucx", "nccl", "gloo")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+KEYS: tuple[Key, ...] = (
+    # parallel: the guide's own keys, with its spelling
+    Key("parallel", "enabled", _bool),
+    Key("parallel", "backend", _choice(*BACKENDS)),
+    Key("parallel", "workers", _int(1, auto=True)),
+    Key("parallel", "strategy", _choice("data", "model", "pipeline")),
+    Key("parallel", "communication", _choice(*COMMUNICATIONS)),
+    Key("parallel", "task_chunk_size", _chunk_size),
+    Key("parallel", "fusion_buffer_size", _size(none=True)),
+    Key("parallel", "mpi_shared_memory", _bool),
+    Key("parallel", "hybrid", _bool),
+    Key("parallel", "omp_threads", _int(1)),
+    Key("parallel", "async_io", _bool),
+    Key("parallel", "sync_interval", _int(1)),
+    Key("parallel", "batch_size", _int(1, none=True)),
+    Key("parallel", "memory_pooling", _bool),
+    Key("parallel", "gpu_memory_fraction", _fraction),
+    Key("parallel", "timeout", _duration),
+    Key("parallel", "socket_buffer_size", _size(none=True)),
+    Key("parallel", "rdma", _bool),
+    Key("parallel", "network_interface", _optional_str),
+    Key("parallel", "log_level", lambda v: _choice(*LOG_LEVELS)(v).upper()),
+    # cluster: where and how the cluster binds
+    Key("cluster", "scheduler_address", _optional_str),
+    Key("cluster", "host", _str),
+    Key("cluster", "allow_insecure_bind", _bool),
+    Key("cluster", "dashboard", _dashboard),
+    Key("cluster", "memory_limit", _size(auto=True)),
+    # workload: built-in jobs
+    Key("workload", "size", _size()),
+    Key("workload", "repeat", _int(1)),
+)
+
+SECTIONS: tuple[str, ...] = ("parallel", "cluster", "workload", "dask")
+
+_BY_NAME = {k.name: k for k in KEYS}
+_BY_DOTTED = {k.dotted: k for k in KEYS}
+
+
+def key_by_name(name: str) -> Key | None:
+    """Look a key up by its dotted name (``parallel.workers``) or bare name (``workers``)."""
+    return _BY_DOTTED.get(name) or _BY_NAME.get(name)

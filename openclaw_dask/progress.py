@@ -1,0 +1,43 @@
+"""Progress bars for long work: on the terminal only, never in ``--json`` output."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = ["track_persist"]
+
+
+@contextmanager
+def _bar(description: str, total: int, enabled: bool) -> Iterator[Any]:
+    if not enabled:
+        yield lambda n=1: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda n=1: progress.advance(task, n)
+
+
+def track_persist(session: Any, collection: Any, description: str, *, show: bool) -> Any:
+    """Persist ``collection`` in ``session`` and wait for it, with a bar per finished task."""
+    if session.client is not None:
+        from distributed import as_completed, futures_of
+
+        persisted = session.client.persist(collection)
+        futures = futures_of(persisted)
+        with _bar(description, len(futures), show) as advance:
+            for future in as_completed(futures):
+                future.result()  # raise the first task error here, not later
+                advance()
+        return persisted
+
+    from dask.callbacks import Callback
+
+    with _bar(description, len(collection.__dask_graph__()), show) as advance:
+        with Callback(posttask=lambda *a: advance()):
+            return collection.persist(scheduler="sync")

@@ -1,0 +1,317 @@
+"""The running thing a user holds: configuration, client, cluster and chunking helpers.
+
+>>> import openclaw_dask
+>>> with openclaw_dask.session(workers=2) as s:           # doctest: +SKIP
+...     x = s.array((100_000_000,), fill="random")         # chunked by task_chunk_size
+...     print(x.sum().compute(), s.client)
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from openclaw_dask.chunking import ChunkPlan, plan_chunks
+from openclaw_dask.config import Config, load_config
+from openclaw_dask.errors import OpenclawError
+
+if TYPE_CHECKING:
+    import dask.array as da
+
+    from openclaw_dask.cluster import ClusterHandle
+
+__all__ = ["FILLS", "Session", "active_session", "session"]
+
+logger = logging.getLogger("openclaw_dask.session")
+_LOGGERS = ("openclaw_dask", "distributed")
+_ACTIVE: list[Session] = []  # sessions the CLI started for a script, innermost last
+
+
+def _fill_block(kind: str, seed: int, dtype: str, block_info: dict | None = None) -> np.ndarray:
+    """Make one block on the worker that runs it (nothing travels from the client)."""
+    info = block_info[None]
+    location = info["array-location"]
+    shape = tuple(stop - start for start, stop in location)
+    if kind == "arange":  # value = flat index, so sums have a closed form
+        strides = np.cumprod((1,) + tuple(info["shape"][:0:-1]))[::-1]
+        block = np.zeros(shape, dtype=dtype) if len(shape) > 1 else None
+        for axis, ((start, stop), stride) in enumerate(zip(location, strides)):
+            coords = np.arange(start * stride, stop * stride, stride, dtype=dtype)
+            if block is None:
+                return coords
+            block += coords.reshape((-1,) + (1,) * (len(shape) - axis - 1))
+        return block
+    if kind == "random":
+        rng = np.random.default_rng([seed, *info["chunk-location"]])
+        return rng.random(shape, dtype=dtype) if np.dtype(dtype).kind == "f" else rng.integers(0, 1000, shape).astype(dtype)
+    if kind == "zeros":
+        return np.zeros(shape, dtype=dtype)
+    return np.ones(shape, dtype=dtype)
+
+
+FILLS = ("arange", "random", "zeros", "ones")
+
+
+class Session:
+    """A configuration and the cluster it started, closed together.
+
+    Use :func:`session` to make one. Closing is idempotent and happens on leaving a
+    ``with`` block even when the block raises.
+
+    Attributes
+    ----------
+    config : Config
+        The effective configuration.
+    client : distributed.Client or None
+        ``None`` when ``parallel.enabled`` is false (dask's synchronous scheduler runs).
+    """
+
+    def __init__(self, config: Config, *, owned: bool = True) -> None:
+        self.config = config
+        self._owned = owned
+        self._handle: ClusterHandle | None = None
+        self._dask_ctx: Any = None
+        self._levels: dict[str, int] = {}
+        self.closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> Session:
+        """Apply the dask configuration and start (or reach) the cluster."""
+        import dask
+        import distributed  # noqa: F401 - its defaults must be in dask.config before we set keys under them
+
+        from openclaw_dask.cluster import open_cluster
+
+        p = self.config.parallel
+        settings: dict[str, Any] = {
+            "distributed.comm.timeouts.connect": f"{p.timeout}s",
+            "distributed.comm.timeouts.tcp": f"{max(p.timeout, 30.0)}s",
+        }
+        settings.update(self.config.dask)
+        if not p.enabled:
+            settings["scheduler"] = "sync"
+        self._levels = {name: logging.getLogger(name).level for name in _LOGGERS}
+        for name in _LOGGERS:
+            logging.getLogger(name).setLevel(p.log_level)
+        self._dask_ctx = dask.config.set(settings)
+        try:
+            if p.enabled:
+                self._handle = open_cluster(self.config)
+            logger.debug("session started: backend=%s enabled=%s", p.backend, p.enabled)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Close the client and the cluster openclaw started, and restore dask's configuration."""
+        if self.closed or not self._owned:
+            return
+        self.closed = True
+        if self._handle is not None:
+            self._handle.close()
+        if self._dask_ctx is not None:
+            self._dask_ctx.__exit__(None, None, None)
+        for name, level in self._levels.items():
+            logging.getLogger(name).setLevel(level)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = "serial (sync scheduler)" if self.client is None else repr(self.client)
+        return f"<openclaw_dask.Session backend={self.config.parallel.backend} {where}>"
+
+    # -- what is running ---------------------------------------------------------------
+
+    @property
+    def client(self) -> Any:
+        return None if self._handle is None else self._handle.client
+
+    @property
+    def cluster(self) -> Any:
+        """The cluster object openclaw started, or ``None`` (serial, or ``remote``)."""
+        return None if self._handle is None else self._handle.cluster
+
+    def workers(self) -> dict[str, dict[str, Any]]:
+        """Scheduler information about each worker (empty when serial)."""
+        if self.client is None:
+            return {}
+        return self.client.scheduler_info(n_workers=-1)["workers"]
+
+    @property
+    def slots(self) -> int:
+        """Task threads over all workers (1 when serial)."""
+        return sum(w["nthreads"] for w in self.workers().values()) or 1
+
+    @property
+    def scheduler_kind(self) -> str:
+        """``sync``, ``thread``, ``process`` or ``remote``: which per-task overhead applies."""
+        return self.config.parallel.backend if self.config.parallel.enabled else "sync"
+
+    # -- chunking ------------------------------------------------------------------------
+
+    def chunk_plan(self, shape: tuple[int, ...], dtype: Any = "float64") -> ChunkPlan:
+        """The chunks :meth:`chunks` would choose, with the reason (see :mod:`openclaw_dask.chunking`)."""
+        workers = list(self.workers().values())
+        memory = min((w.get("memory_limit") or 0 for w in workers), default=0) or None
+        threads = max((w["nthreads"] for w in workers), default=1)
+        p = self.config.parallel
+        return plan_chunks(
+            tuple(shape),
+            dtype,
+            task_chunk_size=p.task_chunk_size,
+            strategy=p.strategy,
+            slots=self.slots,
+            backend=self.scheduler_kind,
+            worker_memory=memory,
+            threads_per_worker=threads,
+        )
+
+    def chunks(self, shape: tuple[int, ...], dtype: Any = "float64") -> tuple[tuple[int, ...], ...]:
+        """Dask chunks for ``shape`` and ``dtype`` from ``task_chunk_size`` and ``strategy``."""
+        return self.chunk_plan(shape, dtype).chunks
+
+    def array(
+        self,
+        shape: tuple[int, ...] | int,
+        dtype: Any = "float64",
+        *,
+        fill: str | Callable[..., np.ndarray] = "random",
+        seed: int = 0,
+    ) -> da.Array:
+        """A new dask array whose blocks are made on the workers.
+
+        Parameters
+        ----------
+        shape, dtype
+            Of the whole array; chunks follow ``task_chunk_size`` and ``strategy``.
+        fill
+            ``random`` (uniform [0, 1), seeded per block), ``arange`` (each element is
+            its flat index), ``zeros``, ``ones``, or a function ``f(block_info=...)``
+            as for :func:`dask.array.map_blocks` that returns one block.
+        seed
+            Seed of ``random``; the same seed gives the same array for any chunking
+            of the same shape only block by block, so keep chunks fixed to compare.
+        """
+        import dask.array as da
+
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        dtype = np.dtype(dtype)
+        chunks = self.chunks(shape, dtype)
+        meta = np.empty((0,) * len(shape), dtype=dtype)
+        if callable(fill):
+            return da.map_blocks(fill, chunks=chunks, dtype=dtype, meta=meta)
+        if fill not in FILLS:
+            raise OpenclawError(f"fill={fill!r} is not known; use one of {', '.join(FILLS)} or a function")
+        return da.map_blocks(_fill_block, fill, seed, dtype.str, chunks=chunks, dtype=dtype, meta=meta, name=f"openclaw-{fill}-{seed}")
+
+    def from_array(self, x: Any) -> da.Array:
+        """Wrap an array-like as a dask array chunked by this session.
+
+        NumPy arrays are scattered to the workers block by block, so the graph stays
+        small; dask arrays are rechunked; other array-likes (h5py, zarr, memmap) are
+        read lazily, chunk by chunk, where the tasks run.
+        """
+        import dask.array as da
+
+        if isinstance(x, da.Array):
+            return x.rechunk(self.chunks(x.shape, x.dtype))
+        chunks = self.chunks(x.shape, x.dtype)
+        if not isinstance(x, np.ndarray) or self.client is None:
+            return da.from_array(x, chunks=chunks)
+        return _scatter_blocks(self.client, x, chunks)
+
+    def compute(self, *collections: Any, **kwargs: Any) -> Any:
+        """:func:`dask.compute` on this session's scheduler (its client, or sync when disabled)."""
+        import dask
+
+        results = dask.compute(*collections, scheduler=self.client or "sync", **kwargs)
+        return results[0] if len(collections) == 1 else results
+
+    def persist(self, collection: Any) -> Any:
+        """Compute ``collection`` into worker memory (into the graph when serial) and return it."""
+        if self.client is not None:
+            return self.client.persist(collection)
+        return collection.persist(scheduler="sync")
+
+
+def _scatter_blocks(client: Any, x: np.ndarray, chunks: tuple[tuple[int, ...], ...]) -> da.Array:
+    import itertools
+    import uuid
+
+    import dask.array as da
+
+    starts = [np.cumsum((0,) + c[:-1]) for c in chunks]
+    index = list(itertools.product(*(range(len(c)) for c in chunks)))
+    blocks = [x[tuple(slice(starts[a][i], starts[a][i] + chunks[a][i]) for a, i in enumerate(idx))] for idx in index]
+    futures = client.scatter(blocks, hash=False)
+    name = f"openclaw-scattered-{uuid.uuid4().hex}"
+    dsk = {(name, *idx): f for idx, f in zip(index, futures)}
+    return da.Array(dsk, name, chunks, dtype=x.dtype, meta=np.empty((0,) * x.ndim, dtype=x.dtype))
+
+
+def active_session() -> Session | None:
+    """The session ``openclaw run script.py`` started for the script, if any."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+@contextmanager
+def activated(s: Session) -> Iterator[Session]:
+    """Make ``s`` what ``session()`` with no arguments returns, for the duration."""
+    _ACTIVE.append(s)
+    try:
+        yield s
+    finally:
+        _ACTIVE.remove(s)
+
+
+def _in_spawned_bootstrap() -> bool:
+    main = sys.modules.get("__main__")
+    return multiprocessing.parent_process() is not None and getattr(main, "__name__", "") == "__mp_main__"
+
+
+def session(config: str | os.PathLike[str] | Config | None = None, **overrides: Any) -> Session:
+    """Start a session from a config file, a :class:`Config`, or the defaults.
+
+    Parameters
+    ----------
+    config
+        A YAML path, a :class:`Config`, or ``None``. With ``None`` and no overrides
+        inside ``openclaw run script.py``, the session the CLI started is returned
+        (closing it there is a no-op: the CLI owns it). Otherwise ``None`` reads
+        ``$OPENCLAW_CONFIG`` or ``./openclaw_config.yaml`` if present.
+    **overrides
+        Keys by bare or dotted name, e.g. ``workers=2``, ``backend="process"``,
+        ``**{"parallel.task_chunk_size": "64MiB"}``.
+
+    Returns
+    -------
+    Session
+        Started; use it in a ``with`` block, or call :meth:`Session.close`.
+    """
+    if config is None and not overrides and _ACTIVE:
+        borrowed = Session(_ACTIVE[-1].config, owned=False)
+        borrowed._handle = _ACTIVE[-1]._handle
+        return borrowed
+    if _in_spawned_bootstrap():
+        raise OpenclawError(
+            "openclaw_dask.session() ran while a worker process was importing your script; "
+            "run it with `openclaw run script.py`, or put the code under `if __name__ == \"__main__\":`"
+        )
+    if isinstance(config, Config) and overrides:
+        raise OpenclawError("pass overrides with a file path, or build the Config with load_config(path, overrides)")
+    if not isinstance(config, Config):
+        config = load_config(config, overrides)
+    return Session(config).start()

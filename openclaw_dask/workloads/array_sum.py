@@ -1,0 +1,103 @@
+"""``array-sum``: the guide's smoke test, with a closed-form answer.
+
+A float64 array whose elements are their own index is made chunk-wise on the
+workers and kept in their memory; the sum over it is then timed ``repeat`` times.
+GB/s counts the bytes the timed sum reads, so generation is reported separately
+and never flatters the figure (see DESIGN.md section 6).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from openclaw_dask.progress import track_persist
+
+__all__ = ["ArraySumResult", "run"]
+
+
+@dataclass(frozen=True)
+class ArraySumResult:
+    """What one ``array-sum`` run measured (``to_dict()`` is the ``--json`` object)."""
+
+    workload: str
+    result: float
+    expected: float
+    ok: bool
+    wall_s: float
+    generate_s: float
+    sum_s: float
+    sum_s_all: tuple[float, ...]
+    gbps: float
+    size_bytes: int
+    n_elements: int
+    chunk_bytes: int
+    n_chunks: int
+    chunk_reason: str
+    backend: str
+    enabled: bool
+    workers: int
+    threads: int
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["sum_s_all"] = list(self.sum_s_all)
+        return d
+
+
+def run(session: Any, *, size: int | None = None, repeat: int | None = None, progress: bool = False) -> ArraySumResult:
+    """Sum ``size`` bytes of float64 in ``session`` and check it against ``n (n - 1) / 2``.
+
+    Parameters
+    ----------
+    session
+        A started :class:`~openclaw_dask.Session`.
+    size, repeat
+        Default to ``workload.size`` and ``workload.repeat`` of the session's config.
+    progress
+        Show a progress bar on the terminal while the array is generated.
+    """
+    cfg = session.config
+    size = cfg.workload.size if size is None else size
+    repeat = cfg.workload.repeat if repeat is None else repeat
+    n = max(1, size // 8)
+    t_start = time.perf_counter()
+    plan = session.chunk_plan((n,), "float64")
+    x = session.array((n,), "float64", fill="arange")
+    x = track_persist(session, x, "generating array", show=progress)
+    generate_s = time.perf_counter() - t_start
+
+    times, total = [], math.nan
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        total = float(session.compute(x.sum()))
+        times.append(time.perf_counter() - t0)
+    del x  # release worker memory before reporting
+    wall_s = time.perf_counter() - t_start
+    expected = n * (n - 1) / 2
+    sum_s = statistics.median(times)
+    workers = session.workers()
+    return ArraySumResult(
+        workload="array-sum",
+        result=total,
+        expected=expected,
+        ok=math.isclose(total, expected, rel_tol=1e-12),
+        wall_s=wall_s,
+        generate_s=generate_s,
+        sum_s=sum_s,
+        sum_s_all=tuple(times),
+        gbps=n * 8 / sum_s / 1e9,
+        size_bytes=n * 8,
+        n_elements=n,
+        chunk_bytes=plan.chunk_bytes,
+        n_chunks=plan.n_chunks,
+        chunk_reason=plan.reason,
+        backend=cfg.parallel.backend if cfg.parallel.enabled else "serial",
+        enabled=cfg.parallel.enabled,
+        workers=len(workers) or 1,
+        threads=session.slots,
+    )
+
