@@ -89,12 +89,17 @@ class Session:
         import distributed  # noqa: F401 - its defaults must be in dask.config before we set keys under them
 
         from openclaw_dask.cluster import open_cluster
+        from openclaw_dask.cluster.network import bind_host
+        from openclaw_dask.cluster.plugins import LogLevel
 
         p = self.config.parallel
         settings: dict[str, Any] = {
             "distributed.comm.timeouts.connect": f"{p.timeout}s",
             "distributed.comm.timeouts.tcp": f"{max(p.timeout, 30.0)}s",
         }
+        if p.enabled and p.backend == "thread":
+            # inproc addresses carry the machine's IP, not the host the dashboard binds
+            settings["distributed.dashboard.link"] = "{scheme}://" + bind_host(self.config) + ":{port}/status"
         settings.update(self.config.dask)
         if not p.enabled:
             settings["scheduler"] = "sync"
@@ -105,6 +110,8 @@ class Session:
         try:
             if p.enabled:
                 self._handle = open_cluster(self.config)
+                # One mechanism for every backend, and it survives worker restarts.
+                self._handle.client.register_plugin(LogLevel(p.log_level))
             logger.debug("session started: backend=%s enabled=%s", p.backend, p.enabled)
         except BaseException:
             self.close()

@@ -50,7 +50,9 @@ def plan(config: Config) -> dict[str, Any]:
     if c.memory_limit != "auto":
         kwargs["memory_limit"] = c.memory_limit
     if kwargs["protocol"] == "inproc":
-        kwargs.pop("host", None)  # inproc addresses carry no host
+        kwargs.pop("host", None)  # inproc addresses carry no host...
+        # ...so the worker's HTTP server would listen on every interface unless told where.
+        kwargs["worker_dashboard_address"] = f"{host}:0"
     return kwargs
 
 

@@ -43,7 +43,4 @@ def start(config: Config) -> ClusterHandle:
                 f"only {have} of {want} workers joined {address} within {timeout:g}s; start more dask-worker "
                 "processes, or set parallel.workers=auto to use those present"
             ) from None
-    from openclaw_dask.cluster.plugins import LogLevel
-
-    client.register_plugin(LogLevel(config.parallel.log_level))
     return ClusterHandle(client=client, cluster=None, backend="remote", plan={"address": address, "timeout": timeout})

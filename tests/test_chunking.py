@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from openclaw_dask.chunking import MAX_AUTO_CHUNK, MIN_AUTO_CHUNK, plan_chunks
+from openclaw_dask.config import ChunkSize
+
+MiB = 2**20
+AUTO = ChunkSize("auto")
+
+
+def test_bytes_split_axis0_into_balanced_chunks():
+    plan = plan_chunks((100 * MiB // 8,), "f8", task_chunk_size=ChunkSize("bytes", 10 * MiB))
+    assert plan.n_chunks == 10
+    assert plan.chunks[0] == (10 * MiB // 8,) * 10
+    assert plan.chunk_bytes == 10 * MiB
+
+
+def test_chunks_are_balanced_not_remainder():
+    plan = plan_chunks((1001,), "f8", task_chunk_size=ChunkSize("elements", 100))
+    assert len(plan.chunks[0]) == 11
+    assert max(plan.chunks[0]) - min(plan.chunks[0]) <= 1
+    assert sum(plan.chunks[0]) == 1001
+
+
+def test_elements_count_ignores_dtype_width():
+    a = plan_chunks((1000,), "f8", task_chunk_size=ChunkSize("elements", 250))
+    b = plan_chunks((1000,), "i2", task_chunk_size=ChunkSize("elements", 250))
+    assert a.chunks == b.chunks == ((250,) * 4,)
+
+
+def test_data_splits_rows_model_splits_columns():
+    shape, size = (4000, 1000), ChunkSize("bytes", 8 * 1000 * 500)
+    data = plan_chunks(shape, "f8", task_chunk_size=size, strategy="data")
+    model = plan_chunks(shape, "f8", task_chunk_size=size, strategy="model")
+    assert data.chunks == ((500,) * 8, (1000,))
+    assert model.chunks == ((4000,), (125,) * 8)
+    assert data.chunk_bytes == model.chunk_bytes == 8 * 1000 * 500
+
+
+def test_row_bigger_than_target_splits_the_next_axis():
+    plan = plan_chunks((10, 1000, 1000), "f8", task_chunk_size=ChunkSize("bytes", 8 * 1000 * 250))
+    assert plan.chunks == ((1,) * 10, (250,) * 4, (1000,))
+
+
+def test_whole_array_smaller_than_target_is_one_chunk():
+    plan = plan_chunks((10, 10), "f8", task_chunk_size=ChunkSize("bytes", MiB))
+    assert plan.chunks == ((10,), (10,))
+
+
+def test_zero_length_axis():
+    plan = plan_chunks((0,), "f8", task_chunk_size=ChunkSize("bytes", MiB))
+    assert plan.chunks == ((0,),)
+
+
+def test_auto_follows_guide_rule_for_large_arrays():
+    total = 64 * 2**30  # 64 GiB over 4 slots: guide says 1.6 GiB, capped at MAX_AUTO_CHUNK
+    plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=4, backend="thread")
+    assert plan.target_bytes == MAX_AUTO_CHUNK
+    total = 8 * 2**30  # 8 GiB / (4 x 10) = 205 MiB, between floor and cap: the guide's value
+    plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=4, backend="thread")
+    assert plan.target_bytes == total // 40
+    assert "auto: 8.00 GiB / (4 slots x 10)" in plan.reason
+
+
+def test_auto_is_raised_to_the_overhead_floor():
+    total = 2 * 2**30
+    plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=2, backend="process")
+    assert plan.target_bytes == MIN_AUTO_CHUNK["process"]
+    assert "per-task overhead" in plan.reason
+    assert MIN_AUTO_CHUNK["sync"] <= MIN_AUTO_CHUNK["thread"] <= MIN_AUTO_CHUNK["process"]
+
+
+def test_auto_is_capped_by_worker_memory():
+    total = 64 * 2**30
+    plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=2, worker_memory=800 * MiB, threads_per_worker=2)
+    assert plan.target_bytes == 100 * MiB
+    assert "memory per thread / 4" in plan.reason
+
+
+def test_auto_gives_every_slot_a_chunk():
+    plan = plan_chunks((MiB // 8,), "f8", task_chunk_size=AUTO, slots=4, backend="process")
+    assert plan.n_chunks == 4
+
+
+@pytest.mark.parametrize("shape", [(7,), (13, 17), (5, 6, 7)])
+@pytest.mark.parametrize("strategy", ["data", "model"])
+def test_chunks_cover_the_shape(shape, strategy):
+    plan = plan_chunks(shape, "f4", task_chunk_size=ChunkSize("bytes", 40), strategy=strategy)
+    assert tuple(sum(c) for c in plan.chunks) == shape
+    assert plan.chunk_bytes <= max(40, np.dtype("f4").itemsize)
+    assert plan.n_chunks == math.prod(len(c) for c in plan.chunks)

@@ -1,0 +1,221 @@
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+
+import pytest
+
+import openclaw_dask
+from openclaw_dask.cluster import available_backends, get_backend
+from openclaw_dask.cluster.local import plan
+from openclaw_dask.cluster.registry import BackendSpec
+from openclaw_dask.config import load_config
+from openclaw_dask.errors import BackendUnavailable, ClusterStartError, ConfigError
+
+
+def cfg(**overrides):
+    return load_config(None, overrides, env={})
+
+
+# -- plans: what would be started (nothing runs) ----------------------------------------
+
+
+def test_thread_plan_is_one_worker_with_n_threads_on_inproc():
+    kw = plan(cfg(workers=3))
+    assert (kw["n_workers"], kw["threads_per_worker"], kw["processes"]) == (1, 3, False)
+    assert kw["protocol"] == "inproc"
+    assert kw["dashboard_address"] is None
+    assert kw["scheduler_kwargs"]["dashboard_address"] == "127.0.0.1:0"
+
+
+def test_process_plan_is_n_processes_with_omp_threads_each():
+    kw = plan(cfg(backend="process", workers=3, omp_threads=2, memory_limit="1GiB"))
+    assert (kw["n_workers"], kw["threads_per_worker"], kw["processes"]) == (3, 2, True)
+    assert kw["protocol"] == "tcp" and kw["host"] == "127.0.0.1"
+    assert kw["memory_limit"] == 2**30
+
+
+@pytest.mark.parametrize(
+    ("backend", "communication", "expected"),
+    [("thread", "tcp", "tcp"), ("process", "gloo", "tcp"), ("thread", "inproc", "inproc"), ("process", "auto", "tcp")],
+)
+def test_communication_maps_to_protocol(backend, communication, expected):
+    assert plan(cfg(backend=backend, communication=communication))["protocol"] == expected
+
+
+@pytest.mark.parametrize("communication", ["nccl", "ucx"])
+def test_nccl_without_ucx_falls_back_to_tcp_with_a_warning(caplog, communication):
+    pytest.importorskip("distributed")
+    caplog.set_level(logging.WARNING, logger="openclaw_dask")
+    assert plan(cfg(backend="process", communication=communication))["protocol"] == "tcp"
+    assert "falling back to tcp" in caplog.text
+
+
+def test_dashboard_addresses_stay_on_the_bind_host():
+    assert plan(cfg(dashboard=True))["dashboard_address"] == "127.0.0.1:0"
+    assert plan(cfg(dashboard=8790))["dashboard_address"] == "127.0.0.1:8790"
+    assert plan(cfg(dashboard=":8791"))["dashboard_address"] == "127.0.0.1:8791"
+
+
+def test_network_interface_lo_binds_loopback():
+    kw = plan(cfg(backend="process", network_interface="lo"))
+    assert kw["interface"] == "lo" and "host" not in kw
+
+
+def test_unknown_network_interface_lists_the_real_ones():
+    with pytest.raises(ConfigError, match=r"network_interface = nope0: no such interface .*lo"):
+        plan(cfg(backend="process", network_interface="nope0"))
+
+
+# -- the registry names what is missing ---------------------------------------------------
+
+
+def test_registry_lists_every_backend():
+    status = available_backends()
+    assert status["thread"] == status["process"] == status["remote"] == "installed"
+    assert status["mpi"] == "not in this build yet"
+
+
+def test_missing_extra_names_the_pip_install(monkeypatch):
+    from openclaw_dask.cluster import registry
+
+    spec = BackendSpec("fake", "openclaw_dask.cluster.local", ("no_such_module_openclaw",), "mpi")
+    monkeypatch.setitem(registry.BACKENDS, "fake", spec)
+    assert "pip install 'openclaw-dask[mpi]'" in available_backends()["fake"]
+    with pytest.raises(BackendUnavailable, match=r"needs no_such_module_openclaw.*pip install 'openclaw-dask\[mpi\]'"):
+        get_backend("fake")
+    with pytest.raises(ConfigError, match="not available in this build"):
+        get_backend("mpi")
+
+
+# -- real clusters ---------------------------------------------------------------------------
+
+
+def test_thread_backend_runs_n_threads_in_this_process():
+    with openclaw_dask.session(workers=2) as s:
+        workers = s.workers()
+        assert len(workers) == 1 and s.slots == 2
+        assert s.client.scheduler.address.startswith("inproc://")
+        assert s.client.submit(os.getpid).result() == os.getpid()
+
+
+def test_process_backend_runs_worker_processes_on_loopback():
+    with openclaw_dask.session(backend="process", workers=2, memory_limit="1GiB") as s:
+        workers = s.workers()
+        assert len(workers) == 2
+        assert all(a.startswith("tcp://127.0.0.1:") for a in workers)
+        assert s.client.scheduler.address.startswith("tcp://127.0.0.1:")
+        assert {w["memory_limit"] for w in workers.values()} == {2**30}
+        pids = set(s.client.run(os.getpid).values())
+        assert len(pids) == 2 and os.getpid() not in pids
+        # BLAS pools inside a task stay at one thread: processes x threads never oversubscribe
+        from threadpoolctl import threadpool_info
+
+        info = s.client.submit(threadpool_info, pure=False).result()
+        assert all(pool["num_threads"] == 1 for pool in info)
+    assert s.client.status == "closed"
+
+
+def test_process_backend_omp_threads_sets_threads_per_worker():
+    with openclaw_dask.session(backend="process", workers=1, omp_threads=2) as s:
+        assert [w["nthreads"] for w in s.workers().values()] == [2]
+
+
+def test_tcp_on_the_thread_backend():
+    with openclaw_dask.session(workers=1, communication="tcp") as s:
+        assert s.client.scheduler.address.startswith("tcp://127.0.0.1:")
+
+
+def _http_status(port: int, path: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_dashboard_off_by_default_and_on_loopback_when_asked():
+    # The scheduler's HTTP server (health, metrics) always runs, on the bind host and a free port.
+    with openclaw_dask.session(workers=1) as s:
+        port = s.client.scheduler_info()["services"]["dashboard"]
+        assert _http_status(port, "/health") == 200
+        assert _http_status(port, "/status") == 404
+    with openclaw_dask.session(workers=1, dashboard=True) as s:
+        assert s.client.dashboard_link.startswith("http://127.0.0.1:")
+        assert _http_status(s.client.scheduler_info()["services"]["dashboard"], "/status") == 200
+
+
+def test_log_level_debug_reaches_client_and_worker_processes(caplog):
+    caplog.set_level(logging.DEBUG)
+    with openclaw_dask.session(backend="process", workers=1, log_level="DEBUG") as s:
+        levels = s.client.run(lambda: logging.getLogger("distributed").getEffectiveLevel())
+        assert set(levels.values()) == {logging.DEBUG}
+    assert any(r.name.startswith("openclaw_dask") and r.levelno == logging.DEBUG for r in caplog.records)
+
+
+def test_timeout_reaches_dask_config_and_is_restored():
+    import dask
+
+    before = dask.config.get("distributed.comm.timeouts.connect")
+    with openclaw_dask.session(workers=1, timeout="7s") as s:
+        assert dask.config.get("distributed.comm.timeouts.connect") == "7.0s"
+        assert s.client.run_on_scheduler(lambda: __import__("dask").config.get("distributed.comm.timeouts.connect")) == "7.0s"
+    assert dask.config.get("distributed.comm.timeouts.connect") == before
+
+
+# -- an existing dask scheduler + dask worker deployment ------------------------------------
+
+
+def test_remote_backend_uses_an_existing_deployment(dask_scheduler):
+    address, add_worker = dask_scheduler
+    add_worker()
+    add_worker(nthreads=2)
+    with openclaw_dask.session(backend="remote", scheduler_address=address, workers=2, timeout="30s", log_level="INFO") as s:
+        assert len(s.workers()) == 2 and s.slots == 3
+        assert s.cluster is None
+        x = s.array((1000,), fill="arange")
+        assert s.compute(x.sum()) == 999 * 1000 / 2
+        levels = s.client.run(lambda: logging.getLogger("distributed").level)
+        assert set(levels.values()) == {logging.INFO}
+    # closing the session leaves the user's scheduler running
+    from distributed import Client
+
+    with Client(address, timeout=10) as c:
+        assert len(c.scheduler_info()["workers"]) == 2
+
+
+def test_remote_waits_for_workers_then_fails_clearly(dask_scheduler):
+    address, _ = dask_scheduler
+    t0 = time.monotonic()
+    with pytest.raises(ClusterStartError, match=rf"only 0 of 2 workers joined {address} within 2s"):
+        openclaw_dask.session(backend="remote", scheduler_address=address, workers=2, timeout="2s")
+    assert time.monotonic() - t0 < 15
+
+
+def test_unreachable_scheduler_fails_within_the_timeout():
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    with pytest.raises(ClusterStartError, match=rf"could not reach a dask-scheduler at {address} within 2s"):
+        openclaw_dask.session(backend="remote", scheduler_address=address, timeout="2s")
+    elapsed = time.monotonic() - t0
+    assert 1.5 < elapsed < 12
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_every_listening_socket_is_on_loopback(backend):
+    import psutil
+
+    with openclaw_dask.session(backend=backend, workers=1, dashboard=True):
+        me = psutil.Process()
+        procs = [me, *me.children(recursive=True)]
+        listening = [c.laddr for p in procs for c in p.net_connections("inet") if c.status == psutil.CONN_LISTEN]
+    assert listening, "the scheduler's HTTP server at least should listen"
+    assert all(addr.ip == "127.0.0.1" for addr in listening), listening

@@ -1,0 +1,289 @@
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from openclaw_dask.config import KEYS, ChunkSize, ClusterConfig, ParallelConfig, WorkloadConfig, default_config_text, load_config
+from openclaw_dask.config.checks import NOT_YET
+from openclaw_dask.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cfg(overrides=None, env=None, path=None):
+    return load_config(path, overrides, env=env or {}, override_label="--set")
+
+
+def write(tmp_path, text, name="openclaw_config.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+# -- defaults, schema and dataclasses stay in step -------------------------------------
+
+
+def test_defaults_file_schema_and_dataclasses_agree():
+    defaults = yaml.safe_load(default_config_text())
+    from_file = [f"{s}.{k}" for s in ("parallel", "cluster", "workload") for k in defaults[s]]
+    assert from_file == [k.dotted for k in KEYS]
+    assert defaults["dask"] == {}
+    for section, cls in (("parallel", ParallelConfig), ("cluster", ClusterConfig), ("workload", WorkloadConfig)):
+        assert [f.name for f in dataclasses.fields(cls)] == [k.name for k in KEYS if k.section == section]
+
+
+def test_every_default_key_has_a_comment_above_it():
+    lines = default_config_text().splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"^  (\w+):", line)
+        if m:
+            assert lines[i - 1].strip().startswith("#"), f"key {m.group(1)} has no comment"
+
+
+def test_key_names_are_unique_so_env_names_are():
+    assert len({k.name for k in KEYS}) == len(KEYS)
+
+
+def test_readme_documents_every_key():
+    readme = (ROOT / "README.md").read_text()
+    missing = [k.dotted for k in KEYS if f"`{k.dotted}`" not in readme]
+    assert not missing, f"README lacks {missing}"
+    assert "`dask`" in readme
+
+
+def test_defaults_without_file():
+    c = cfg()
+    assert c.path is None
+    assert c.parallel.backend == "thread" and c.parallel.workers == "auto" and c.parallel.enabled is True
+    assert c.parallel.task_chunk_size == ChunkSize("auto")
+    assert c.parallel.timeout == 30.0
+    assert c.cluster.host == "127.0.0.1" and c.cluster.dashboard is False
+    assert all(src == "default" for src in c.sources.values())
+
+
+def test_config_is_frozen():
+    c = cfg()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.parallel.workers = 3
+
+
+# -- layers and precedence --------------------------------------------------------------
+
+
+def test_file_values_and_their_line_numbers(tmp_path):
+    p = write(tmp_path, "parallel:\n  backend: process\n  workers: 3\nworkload:\n  size: 64MiB\n")
+    c = cfg(path=p)
+    assert c.parallel.backend == "process" and c.parallel.workers == 3
+    assert c.workload.size == 64 * 2**20
+    assert c.sources["parallel.workers"] == f"{p}:3"
+    assert c.sources["parallel.enabled"] == "default"
+
+
+def test_file_is_found_in_cwd_and_via_env(tmp_path):
+    write(tmp_path, "parallel: {workers: 5}\n")
+    assert cfg().parallel.workers == 5
+    other = write(tmp_path, "parallel: {workers: 6}\n", "other.yaml")
+    assert cfg(env={"OPENCLAW_CONFIG": str(other)}).parallel.workers == 6
+
+
+def test_precedence_set_over_env_over_file_over_default(tmp_path):
+    p = write(tmp_path, "parallel:\n  workers: 3\n  timeout: 40s\n  log_level: INFO\n")
+    c = cfg(path=p, env={"OPENCLAW_WORKERS": "4", "OPENCLAW_TIMEOUT": "50"}, overrides={"parallel.workers": 2})
+    assert c.parallel.workers == 2 and c.sources["parallel.workers"].startswith("--set")
+    assert c.parallel.timeout == 50.0 and c.sources["parallel.timeout"] == "env OPENCLAW_TIMEOUT=50"
+    assert c.parallel.log_level == "INFO" and c.sources["parallel.log_level"] == f"{p}:4"
+
+
+def test_env_values_are_read_as_yaml():
+    c = cfg(env={"OPENCLAW_ENABLED": "false", "OPENCLAW_NETWORK_INTERFACE": "lo", "OPENCLAW_TASK_CHUNK_SIZE": "8MiB"})
+    assert c.parallel.enabled is False
+    assert c.parallel.network_interface == "lo"
+    assert c.parallel.task_chunk_size == ChunkSize("bytes", 8 * 2**20)
+
+
+def test_bare_and_dotted_override_names():
+    assert cfg({"workers": 2}).parallel.workers == 2
+    assert cfg({"cluster.memory_limit": "1GiB"}).cluster.memory_limit == 2**30
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("64MiB", 64 * 2**20), ("2GB", 2_000_000_000), (1000, 1000), ("1e6", 1_000_000)],
+)
+def test_sizes(raw, expected):
+    assert cfg({"workload.size": raw}).workload.size == expected
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("30s", 30.0), ("10m", 600.0), (45, 45.0), ("1.5s", 1.5)])
+def test_durations(raw, expected):
+    assert cfg({"timeout": raw}).parallel.timeout == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("auto", ChunkSize("auto")),
+        ("64MiB", ChunkSize("bytes", 64 * 2**20)),
+        (4096, ChunkSize("bytes", 4096)),
+        ("1000000 elements", ChunkSize("elements", 1_000_000)),
+        ("1e6 elements", ChunkSize("elements", 1_000_000)),
+        ("1 element", ChunkSize("elements", 1)),
+    ],
+)
+def test_task_chunk_size_forms(raw, expected):
+    assert cfg({"task_chunk_size": raw}).parallel.task_chunk_size == expected
+
+
+def test_dask_section_is_flattened_and_set_can_extend_it(tmp_path):
+    p = write(tmp_path, "dask:\n  distributed:\n    scheduler:\n      worker-saturation: .inf\n  array.chunk-size: 32MiB\n")
+    c = cfg(path=p, overrides={"dask.distributed.worker.daemon": False})
+    assert dict(c.dask) == {
+        "distributed.scheduler.worker-saturation": float("inf"),
+        "array.chunk-size": "32MiB",
+        "distributed.worker.daemon": False,
+    }
+
+
+# -- errors: one line naming key, value, what is allowed, and where ---------------------
+
+
+def one_line(excinfo) -> str:
+    msg = str(excinfo.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_unknown_key_in_file_suggests_and_names_the_line(tmp_path):
+    p = write(tmp_path, "parallel:\n  backend: thread\n  worker: 4\n")
+    with pytest.raises(ConfigError) as e:
+        cfg(path=p)
+    assert one_line(e) == f"{p}:3: unknown key parallel.worker; did you mean parallel.workers?"
+
+
+def test_key_in_the_wrong_section_says_where_it_belongs(tmp_path):
+    p = write(tmp_path, "parallel:\n  host: 127.0.0.1\n")
+    with pytest.raises(ConfigError, match=r"belongs to section cluster: write cluster.host"):
+        cfg(path=p)
+
+
+def test_bad_value_names_key_value_allowed_and_source(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        cfg({"parallel.workers": -1})
+    assert one_line(e) == "--set parallel.workers=-1: parallel.workers must be an integer >= 1 or 'auto', got -1"
+    p = write(tmp_path, "parallel:\n\n  backend: gpu\n")
+    with pytest.raises(ConfigError) as e:
+        cfg(path=p)
+    assert one_line(e).startswith(f"{p}:3: parallel.backend must be one of thread, process, remote")
+    assert "got 'gpu'" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "needle"),
+    [
+        ("enabled", "yes please", "true or false"),
+        ("workers", 0, "integer >= 1"),
+        ("workers", True, "integer >= 1"),
+        ("task_chunk_size", "lots", "elements"),
+        ("task_chunk_size", "-5MiB", "a size such as 64MiB"),
+        ("size", 0, "at least 1 byte"),
+        ("timeout", "soon", "duration"),
+        ("timeout", 0, "duration"),
+        ("gpu_memory_fraction", 1.2, "(0, 0.95]"),
+        ("log_level", "LOUD", "debug, info, warning, error"),
+        ("dashboard", "everywhere", "HOST:PORT"),
+        ("size", "big", "size such as"),
+    ],
+)
+def test_bad_values(key, value, needle):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        cfg({key: value})
+
+
+def test_unknown_section_and_invalid_yaml(tmp_path):
+    with pytest.raises(ConfigError, match=r":1: unknown section 'paralel'; did you mean parallel\?"):
+        cfg(path=write(tmp_path, "paralel: {workers: 2}\n"))
+    with pytest.raises(ConfigError, match=r":3: invalid YAML: expected .,. or .\]."):
+        cfg(path=write(tmp_path, "parallel:\n  workers: [1\n  backend: x\n"))
+    with pytest.raises(ConfigError, match="must be a mapping of sections"):
+        cfg(path=write(tmp_path, "- 1\n- 2\n"))
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        cfg(path=tmp_path / "missing.yaml")
+
+
+def test_empty_file_means_defaults(tmp_path):
+    assert cfg(path=write(tmp_path, "")).parallel.backend == "thread"
+
+
+def test_unknown_env_variable_is_refused_with_suggestion():
+    with pytest.raises(ConfigError, match=r"OPENCLAW_WORKER='2' is not an openclaw setting; did you mean OPENCLAW_WORKERS\?"):
+        cfg(env={"OPENCLAW_WORKER": "2"})
+
+
+def test_bad_env_value_names_the_variable():
+    with pytest.raises(ConfigError, match=r"^env OPENCLAW_WORKERS=-3: parallel.workers must be"):
+        cfg(env={"OPENCLAW_WORKERS": "-3"})
+
+
+# -- keys this build cannot run are refused, never ignored ------------------------------
+
+_NON_DEFAULT = {
+    "parallel.fusion_buffer_size": "8MiB",
+    "parallel.mpi_shared_memory": True,
+    "parallel.hybrid": True,
+    "parallel.async_io": True,
+    "parallel.sync_interval": 5,
+    "parallel.batch_size": 32,
+    "parallel.memory_pooling": True,
+    "parallel.gpu_memory_fraction": 0.5,
+    "parallel.socket_buffer_size": "4MiB",
+    "parallel.rdma": True,
+}
+
+
+def test_every_not_yet_key_has_a_case():
+    assert set(_NON_DEFAULT) == set(NOT_YET)
+
+
+@pytest.mark.parametrize("key", sorted(_NON_DEFAULT))
+def test_not_yet_keys_are_refused_unless_at_default(key):
+    with pytest.raises(ConfigError, match=rf"{re.escape(key)} = .*not available in this build yet"):
+        cfg({key: _NON_DEFAULT[key]})
+    assert cfg({key: NOT_YET[key]}).get(key) == NOT_YET[key]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        ({"backend": "mpi"}, "backend not available in this build yet"),
+        ({"backend": "cuda"}, "backend not available in this build yet"),
+        ({"backend": "kubernetes"}, "backend not available in this build yet"),
+        ({"strategy": "pipeline"}, "pipeline mode is not available"),
+        ({"communication": "tls"}, "TLS is not available"),
+        ({"backend": "process", "communication": "inproc"}, "inproc works only within one process"),
+        ({"omp_threads": 2}, "apply to backend process only"),
+        ({"backend": "remote"}, "needs the address of a running dask-scheduler"),
+        ({"scheduler_address": "tcp://127.0.0.1:8786"}, "used only with backend remote"),
+        ({"backend": "remote", "scheduler_address": "tcp://127.0.0.1:1", "memory_limit": "1GiB"}, "set --memory-limit there"),
+        ({"backend": "remote", "scheduler_address": "tcp://127.0.0.1:1", "communication": "ucx"}, "sets the protocol"),
+        ({"host": "0.0.0.0"}, "non-loopback address without TLS"),
+        ({"host": "example.org"}, "non-loopback address without TLS"),
+        ({"dashboard": "0.0.0.0:8787"}, "dashboard on a non-loopback address"),
+    ],
+)
+def test_combinations_that_cannot_run(overrides, needle):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        cfg(overrides)
+
+
+def test_insecure_bind_is_allowed_when_asked():
+    c = cfg({"host": "0.0.0.0", "allow_insecure_bind": True, "dashboard": "0.0.0.0:0"})
+    assert c.cluster.host == "0.0.0.0"
+
+
+def test_loopback_forms_are_accepted():
+    for host in ("127.0.0.1", "localhost", "127.0.0.2", "::1"):
+        assert cfg({"host": host}).cluster.host == host

@@ -1,0 +1,148 @@
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+
+import openclaw_dask
+from openclaw_dask.config import load_config
+from openclaw_dask.errors import OpenclawError
+from openclaw_dask.session import activated, active_session
+from openclaw_dask.workloads import array_sum
+
+MiB = 2**20
+
+
+def test_disabled_runs_the_same_graph_serially_without_a_cluster():
+    with openclaw_dask.session(enabled=False, task_chunk_size="1MiB") as s:
+        assert s.client is None and s.cluster is None and s.slots == 1
+        assert dask.config.get("scheduler") == "sync"
+        x = s.array((1_000_000,), fill="random", seed=3)
+        serial = s.compute(x.sum())
+    with openclaw_dask.session(workers=2, task_chunk_size="1MiB") as s:
+        assert s.compute(s.array((1_000_000,), fill="random", seed=3).sum()) == serial
+    assert dask.config.get("scheduler", None) != "sync"
+
+
+def test_close_is_idempotent_and_happens_on_error():
+    with pytest.raises(ZeroDivisionError):
+        with openclaw_dask.session(workers=1) as s:
+            client = s.client
+            1 / 0
+    assert s.closed and client.status == "closed"
+    s.close()
+    s.close()
+
+
+def test_start_failure_restores_dask_config(dask_scheduler):
+    address, _ = dask_scheduler
+    before = dask.config.get("distributed.comm.timeouts.connect")
+    with pytest.raises(openclaw_dask.ClusterStartError):
+        openclaw_dask.session(backend="remote", scheduler_address=address, workers=1, timeout="1s")
+    assert dask.config.get("distributed.comm.timeouts.connect") == before
+
+
+def test_chunks_follow_task_chunk_size_and_strategy():
+    with openclaw_dask.session(enabled=False, task_chunk_size="8MiB") as s:
+        assert s.chunks((4 * MiB,), "f8") == ((MiB,) * 4,)
+        x = s.array((2048, 4096), "f8", fill="zeros")
+        assert x.chunks == ((256,) * 8, (4096,))
+    with openclaw_dask.session(enabled=False, task_chunk_size="8MiB", strategy="model") as s:
+        x = s.array((2048, 4096), "f8", fill="zeros")
+        assert x.chunks == ((2048,), (512,) * 8)
+    with openclaw_dask.session(enabled=False, task_chunk_size="1000 elements") as s:
+        assert s.chunks((4000,), "f4") == ((1000,) * 4,)
+
+
+def test_auto_chunks_use_the_running_cluster():
+    with openclaw_dask.session(workers=2) as s:
+        plan = s.chunk_plan((2**30 // 8,), "f8")
+        assert "2 slots" in plan.reason
+        assert plan.n_chunks >= 2
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_array_fills_are_made_on_workers_and_exact(backend):
+    with openclaw_dask.session(backend=backend, workers=2, task_chunk_size="64KiB") as s:
+        x = s.array((300, 70), "f8", fill="arange")
+        assert x.npartitions > 2
+        np.testing.assert_array_equal(s.compute(x), np.arange(300 * 70, dtype="f8").reshape(300, 70))
+        assert s.compute(s.array(10, "i4", fill="ones").sum()) == 10
+        r1 = s.compute(s.array((5000,), fill="random", seed=1))
+        r2 = s.compute(s.array((5000,), fill="random", seed=1))
+        np.testing.assert_array_equal(r1, r2)
+        assert 0 <= r1.min() and r1.max() < 1 and r1.std() > 0.2
+
+
+def test_array_with_a_block_function_and_bad_fill():
+    def block(block_info=None):
+        (start, stop), = block_info[None]["array-location"]
+        return np.full(stop - start, start, dtype="f8")
+
+    with openclaw_dask.session(enabled=False, task_chunk_size="80B") as s:
+        x = s.array(25, fill=block)
+        assert x.chunks == ((9, 8, 8),)  # balanced, not 10 + 10 + 5
+        np.testing.assert_array_equal(s.compute(x), np.repeat([0.0, 9.0, 17.0], [9, 8, 8]))
+        with pytest.raises(OpenclawError, match="fill='nan' is not known"):
+            s.array(3, fill="nan")
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_from_array_scatters_numpy_blocks(backend):
+    data = np.random.default_rng(0).random((1000, 30))
+    with openclaw_dask.session(backend=backend, workers=2, task_chunk_size="24KiB") as s:
+        x = s.from_array(data)
+        assert x.chunks[0] == (100,) * 10 and x.chunks[1] == (30,)
+        # the graph holds references to data already on the workers, not the data itself
+        from distributed import Future
+
+        assert all(isinstance(v, Future) for v in dict(x.__dask_graph__()).values())
+        np.testing.assert_allclose(s.compute(x.sum(axis=0)), data.sum(axis=0))
+        y = s.from_array(da.ones((100, 100), chunks=10))
+        assert y.chunks == ((25,) * 4, (100,))
+
+
+def test_from_array_without_cluster_and_for_array_likes(tmp_path):
+    mm = np.lib.format.open_memmap(tmp_path / "a.npy", mode="w+", dtype="f4", shape=(4096,))
+    mm[:] = np.arange(4096)
+    mm.flush()
+    with openclaw_dask.session(enabled=False, task_chunk_size="4KiB") as s:
+        x = s.from_array(np.load(tmp_path / "a.npy", mmap_mode="r"))
+        assert x.npartitions == 4
+        assert s.compute(x.sum()) == 4095 * 4096 / 2
+
+
+def test_dask_section_applies_in_the_session_and_its_workers(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("parallel: {backend: process, workers: 1}\ndask:\n  array: {chunk-size: 7MiB}\n")
+    with openclaw_dask.session(path) as s:
+        assert dask.config.get("array.chunk-size") == "7MiB"
+        assert s.client.submit(lambda: __import__("dask").config.get("array.chunk-size"), pure=False).result() == "7MiB"
+    assert dask.config.get("array.chunk-size") != "7MiB"
+
+
+def test_session_without_arguments_returns_the_active_one():
+    with openclaw_dask.session(workers=1) as outer, activated(outer):
+        assert active_session() is outer
+        inner = openclaw_dask.session()
+        assert inner.client is outer.client
+        with inner:
+            pass
+        assert outer.client.status == "running"  # the borrower does not close it
+    assert active_session() is None
+
+
+def test_config_object_and_overrides_together_are_refused():
+    with pytest.raises(OpenclawError, match="pass overrides with a file path"):
+        openclaw_dask.session(load_config(env={}), workers=2)
+
+
+@pytest.mark.parametrize("overrides", [{"enabled": False}, {"workers": 2}, {"backend": "process", "workers": 2}])
+def test_array_sum_is_correct_everywhere(overrides):
+    with openclaw_dask.session(size="48MiB", repeat=2, **overrides) as s:
+        r = array_sum.run(s)
+    assert r.ok and r.result == r.expected == (6 * MiB) * (6 * MiB - 1) / 2
+    assert len(r.sum_s_all) == 2 and r.gbps > 0
+    assert r.workers == (2 if overrides.get("backend") == "process" else 1)
+    assert r.backend == ("serial" if overrides.get("enabled") is False else overrides.get("backend", "thread"))
