@@ -161,7 +161,7 @@ def _discover(path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Pa
         return Path(path)
     if env.get("OPENCLAW_CONFIG"):
         return Path(env["OPENCLAW_CONFIG"])
-    candidate = Path.cwd() / DEFAULT_FILENAME
+    candidate = Path(DEFAULT_FILENAME)  # relative, so messages stay short
     return candidate if candidate.is_file() else None
 
 

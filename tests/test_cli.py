@@ -1,0 +1,186 @@
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from openclaw_dask import __version__
+from openclaw_dask.cli import main
+from openclaw_dask.config import KEYS, default_config_text
+
+from .conftest import openclaw
+
+RESULT_KEYS = {"result", "expected", "ok", "wall_s", "gbps", "workers", "chunk_bytes", "backend"}
+
+
+def invoke(*args, **kwargs):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False, **kwargs)
+
+
+def assert_one_line_error(result, code, *needles):
+    assert result.exit_code == code, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("openclaw: error: "), result.stderr
+    assert "Traceback" not in result.output
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_version():
+    assert invoke("--version").output.strip() == f"openclaw, version {__version__}"
+    out = subprocess.run([sys.executable, "-m", "openclaw_dask", "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"openclaw, version {__version__}"
+
+
+def test_init_writes_refuses_to_overwrite_and_forces(tmp_path):
+    r = invoke("init")
+    assert r.exit_code == 0 and "wrote" in r.output and f"{len(KEYS)} keys" in r.output
+    target = tmp_path / "openclaw_config.yaml"
+    assert target.read_text() == default_config_text()
+    target.write_text("parallel: {workers: 2}\n")
+    assert_one_line_error(invoke("init"), 2, "already exists", "--force")
+    assert target.read_text() == "parallel: {workers: 2}\n"
+    assert invoke("init", "--force").exit_code == 0
+    assert target.read_text() == default_config_text()
+    (tmp_path / "sub").mkdir()
+    assert invoke("init", "sub").exit_code == 0 and (tmp_path / "sub" / "openclaw_config.yaml").is_file()
+
+
+def test_config_show_gives_value_and_source(tmp_path, monkeypatch):
+    (tmp_path / "openclaw_config.yaml").write_text("parallel:\n  workers: 3\n")
+    monkeypatch.setenv("OPENCLAW_TIMEOUT", "45s")
+    r = invoke("config", "show", "--json", "--set", "parallel.log_level=DEBUG")
+    shown = json.loads(r.output)
+    assert shown["parallel.workers"] == {"value": 3, "source": "openclaw_config.yaml:2"}
+    assert shown["parallel.timeout"] == {"value": 45.0, "source": "env OPENCLAW_TIMEOUT=45s"}
+    assert shown["parallel.log_level"]["value"] == "DEBUG" and shown["parallel.log_level"]["source"].startswith("--set")
+    assert set(shown) == {k.dotted for k in KEYS}
+    table = invoke("config", "show").output
+    assert "parallel.workers" in table and "openclaw_config.yaml:2" in table
+
+
+def test_config_validate(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text("parallel: {backend: process, workers: 2}\n")
+    r = invoke("config", "validate", str(good))
+    assert r.exit_code == 0 and "valid (2 keys set, backend process)" in r.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("parallel: {worker: 4}\n")
+    assert_one_line_error(invoke("config", "validate", str(bad)), 2, "parallel.worker", "did you mean parallel.workers")
+    assert_one_line_error(invoke("config", "validate", str(tmp_path / "none.yaml")), 2, "no such file")
+
+
+def test_run_array_sum_json():
+    r = invoke("run", "array-sum", "--size", "32MiB", "--json", "--set", "workload.repeat=1")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert RESULT_KEYS <= set(out)
+    assert out["ok"] is True and out["result"] == out["expected"]
+    assert out["backend"] == "thread" and out["size_bytes"] == 32 * 2**20
+
+
+def test_run_summary_on_the_terminal():
+    r = invoke("run", "--size", "16MiB", "--set", "parallel.enabled=false")
+    assert r.exit_code == 0
+    for needle in ("correct", "GB/s", "wall time", "serial", "chunks"):
+        assert needle in r.stdout
+
+
+def test_run_process_backend_uses_two_worker_processes():
+    r = openclaw("run", "array-sum", "--size", "64MiB", "--json", "--set", "parallel.backend=process", "--set", "parallel.workers=2")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["ok"] and out["workers"] == 2 and out["backend"] == "process"
+
+
+def test_run_serial():
+    r = invoke("run", "array-sum", "--size", "16MiB", "--json", "--set", "parallel.enabled=false")
+    out = json.loads(r.stdout)
+    assert out["ok"] and out["backend"] == "serial" and out["enabled"] is False and out["workers"] == 1
+
+
+def test_bad_set_value_exits_2_with_one_line():
+    r = openclaw("run", "array-sum", "--set", "parallel.workers=-1")
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "parallel.workers" in r.stderr and "got -1" in r.stderr
+    assert r.stdout == ""
+
+
+def test_misspelt_key_in_file_exits_2_suggesting_workers(tmp_path):
+    (tmp_path / "openclaw_config.yaml").write_text("parallel: {worker: 4}\n")
+    r = openclaw("run", "array-sum", cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0
+    assert "parallel.worker;" in r.stderr and "did you mean parallel.workers?" in r.stderr
+
+
+def test_usage_errors_exit_2():
+    assert invoke("run", "array-summ").exit_code == 2
+    assert "did you mean array-sum" in invoke("run", "array-summ").output
+    assert_one_line_error(invoke("run", "--set", "noequals"), 2, "expected KEY=VALUE")
+    assert_one_line_error(invoke("run", "--set", "parallel.backend=mpi"), 2, "not available in this build")
+
+
+def test_unreachable_scheduler_is_a_failed_run_exit_1():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    r = invoke("run", "--set", "parallel.backend=remote", "--set", f"cluster.scheduler_address=tcp://127.0.0.1:{port}", "--set", "parallel.timeout=1s")
+    assert_one_line_error(r, 1, "could not reach a dask-scheduler", "raise parallel.timeout")
+
+
+SCRIPT = textwrap.dedent(
+    """
+    # no `if __name__ == "__main__":` guard, on purpose
+    import sys
+    import openclaw_dask
+
+    with openclaw_dask.session() as s:
+        x = s.array((100_000,), fill="arange")
+        total = s.compute(x.sum())
+        print("RESULT", int(total), len(s.workers()), s.config.parallel.backend, sys.argv[1:], __name__)
+    """
+)
+
+
+def test_run_script_without_main_guard_on_the_process_backend(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    r = openclaw("run", str(script), "a1", "--set", "parallel.backend=process", "--set", "parallel.workers=2", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"RESULT {100_000 * 99_999 // 2} 2 process ['a1'] __main__"
+    assert json.loads(lines[1])["ok"] is True
+    assert r.stdout.count("RESULT") == 1  # the workers did not re-run the script
+
+
+def test_failing_script_exits_1_with_its_traceback(tmp_path):
+    script = tmp_path / "bad.py"
+    script.write_text("import openclaw_dask\nwith openclaw_dask.session() as s:\n    raise RuntimeError('boom')\n")
+    r = invoke("run", str(script), "--set", "parallel.enabled=false")
+    assert r.exit_code == 1 and "RuntimeError: boom" in r.stderr
+    (tmp_path / "exit3.py").write_text("raise SystemExit(3)\n")
+    assert invoke("run", str(tmp_path / "exit3.py"), "--set", "parallel.enabled=false").exit_code == 3
+
+
+def test_import_needs_only_the_base_install():
+    code = (
+        "import sys, openclaw_dask\n"
+        "heavy = ['cupy', 'dask_cuda', 'mpi4py', 'dask_mpi', 'dask_kubernetes', 'prometheus_client', 'bokeh', 'distributed']\n"
+        "print([m for m in heavy if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("key", [k.dotted for k in KEYS])
+def test_config_template_round_trips_every_key(key, tmp_path):
+    data = yaml.safe_load(default_config_text())
+    section, name = key.split(".")
+    assert name in data[section]
