@@ -1,0 +1,98 @@
+"""array-sum GB/s: auto vs fixed chunk sizes, thread and process backends, next to NumPy.
+
+Every figure comes from this one run, on data already in memory (generation is not
+timed). Prints a Markdown table for docs/benchmarks.md, and a per-task overhead probe
+that calibrates ``openclaw_dask.chunking.TASK_OVERHEAD_S``.
+
+    python benchmarks/array_sum_chunks.py --size 2GiB --repeat 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from dask.utils import format_bytes, parse_bytes
+
+import openclaw_dask
+from openclaw_dask.workloads import array_sum
+
+CHUNKS = ("auto", "1MiB", "8MiB", "64MiB", "256MiB")
+
+
+def numpy_gbps(size: int, threads: int, repeat: int) -> float:
+    x = np.arange(size // 8, dtype="f8")
+    parts = np.array_split(x, threads)
+    times = []
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            sum(pool.map(np.sum, parts))
+            times.append(time.perf_counter() - t0)
+    return x.nbytes / statistics.median(times) / 1e9
+
+
+def raw_dask_threads_gbps(size: int, chunk: str, repeat: int) -> float:
+    """dask.array on the plain threaded scheduler (no distributed), for reference."""
+    import dask
+    import dask.array as da
+
+    x = da.arange(size // 8, dtype="f8", chunks=parse_bytes(chunk) // 8)
+    (x,) = dask.persist(x, scheduler="threads")
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        x.sum().compute(scheduler="threads")
+        times.append(time.perf_counter() - t0)
+    return size / statistics.median(times) / 1e9
+
+
+def overhead_ms(backend: str, workers: int, n_tasks: int = 2000) -> float:
+    """Seconds per task of a sum over n_tasks one-element chunks, in ms."""
+    kwargs = {"enabled": False} if backend == "sync" else {"backend": backend, "workers": workers}
+    with openclaw_dask.session(task_chunk_size="1 element", **kwargs) as s:
+        x = s.persist(s.array((n_tasks,), fill="ones"))
+        s.compute(x.sum())  # warm-up
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            s.compute(x.sum())
+            times.append(time.perf_counter() - t0)
+        n = len(x.sum().__dask_graph__()) - n_tasks  # the reduction tasks only
+    return statistics.median(times) / n * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="2GiB")
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    size = parse_bytes(args.size)
+
+    print(f"array-sum over {format_bytes(size)} of float64, median of {args.repeat} timed sums, {args.workers} workers\n")
+    print("| configuration | chunk | chunks | GB/s | vs NumPy 2 threads |")
+    print("|---|---|---|---|---|")
+    np1 = numpy_gbps(size, 1, args.repeat)
+    np2 = numpy_gbps(size, args.workers, args.repeat)
+    print(f"| NumPy, 1 thread | whole array | 1 | {np1:.1f} | {np1 / np2:.2f} |")
+    print(f"| NumPy, {args.workers} threads | 1/{args.workers} each | {args.workers} | {np2:.1f} | 1.00 |")
+    raw = raw_dask_threads_gbps(size, "64MiB", args.repeat)
+    print(f"| raw dask.array, threaded scheduler | 64 MiB | {size // 2**26} | {raw:.1f} | {raw / np2:.2f} |")
+    for backend in ("thread", "process"):
+        for chunk in CHUNKS:
+            with openclaw_dask.session(backend=backend, workers=args.workers, task_chunk_size=chunk) as s:
+                r = array_sum.run(s, size=size, repeat=args.repeat)
+            assert r.ok, r
+            label = "auto" if chunk == "auto" else chunk
+            print(f"| openclaw {backend}, {label} | {format_bytes(r.chunk_bytes)} | {r.n_chunks} | {r.gbps:.1f} | {r.gbps / np2:.2f} |")
+    print("\nper-task overhead (ms per reduction task over 2000 one-element chunks):")
+    for backend in ("sync", "thread", "process"):
+        print(f"  {backend}: {overhead_ms(backend, args.workers):.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
