@@ -65,30 +65,46 @@ def overhead_ms(backend: str, workers: int, n_tasks: int = 2000) -> float:
     return statistics.median(times) / n * 1e3
 
 
+def sweep(size: int, repeat: int, workers: int) -> dict[str, tuple[float, str, int]]:
+    """One pass over every configuration: label -> (GB/s, chunk size, number of chunks)."""
+    rows = {
+        "NumPy, 1 thread": (numpy_gbps(size, 1, repeat), "whole array", 1),
+        f"NumPy, {workers} threads": (numpy_gbps(size, workers, repeat), f"1/{workers} each", workers),
+        "raw dask.array, threaded scheduler, 64MiB": (raw_dask_threads_gbps(size, "64MiB", repeat), "64.00 MiB", size // 2**26),
+    }
+    for backend in ("thread", "process"):
+        for chunk in CHUNKS:
+            with openclaw_dask.session(backend=backend, workers=workers, task_chunk_size=chunk) as s:
+                r = array_sum.run(s, size=size, repeat=repeat)
+            assert r.ok, r
+            rows[f"openclaw {backend}, {chunk}"] = (r.gbps, format_bytes(r.chunk_bytes), r.n_chunks)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="2GiB")
-    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--repeat", type=int, default=7, help="timed sums per configuration (median taken)")
+    ap.add_argument("--runs", type=int, default=3, help="passes over all configurations, interleaved")
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
     size = parse_bytes(args.size)
 
-    print(f"array-sum over {format_bytes(size)} of float64, median of {args.repeat} timed sums, {args.workers} workers\n")
-    print("| configuration | chunk | chunks | GB/s | vs NumPy 2 threads |")
+    passes = [sweep(size, args.repeat, args.workers) for _ in range(args.runs)]
+    ref = statistics.median(p[f"NumPy, {args.workers} threads"][0] for p in passes)
+    print(f"array-sum over {format_bytes(size)} of float64, {args.workers} workers: median of {args.runs} runs "
+          f"(each the median of {args.repeat} timed sums), min-max in brackets\n")
+    print(f"| configuration | chunk | chunks | GB/s | vs NumPy {args.workers} threads |")
     print("|---|---|---|---|---|")
-    np1 = numpy_gbps(size, 1, args.repeat)
-    np2 = numpy_gbps(size, args.workers, args.repeat)
-    print(f"| NumPy, 1 thread | whole array | 1 | {np1:.1f} | {np1 / np2:.2f} |")
-    print(f"| NumPy, {args.workers} threads | 1/{args.workers} each | {args.workers} | {np2:.1f} | 1.00 |")
-    raw = raw_dask_threads_gbps(size, "64MiB", args.repeat)
-    print(f"| raw dask.array, threaded scheduler | 64 MiB | {size // 2**26} | {raw:.1f} | {raw / np2:.2f} |")
+    for label in passes[0]:
+        gbps = [p[label][0] for p in passes]
+        _, chunk, n = passes[0][label]
+        med = statistics.median(gbps)
+        print(f"| {label} | {chunk} | {n} | {med:.1f} [{min(gbps):.1f}-{max(gbps):.1f}] | {med / ref:.2f} |")
     for backend in ("thread", "process"):
-        for chunk in CHUNKS:
-            with openclaw_dask.session(backend=backend, workers=args.workers, task_chunk_size=chunk) as s:
-                r = array_sum.run(s, size=size, repeat=args.repeat)
-            assert r.ok, r
-            label = "auto" if chunk == "auto" else chunk
-            print(f"| openclaw {backend}, {label} | {format_bytes(r.chunk_bytes)} | {r.n_chunks} | {r.gbps:.1f} | {r.gbps / np2:.2f} |")
+        auto = statistics.median(p[f"openclaw {backend}, auto"][0] for p in passes)
+        best = max(statistics.median(p[f"openclaw {backend}, {c}"][0] for p in passes) for c in CHUNKS[1:])
+        print(f"\n{backend}: auto reaches {auto / best:.2f} of the best fixed chunk size")
     print("\nper-task overhead (ms per reduction task over 2000 one-element chunks):")
     for backend in ("sync", "thread", "process"):
         print(f"  {backend}: {overhead_ms(backend, args.workers):.3f} ms")

@@ -35,12 +35,12 @@ from openclaw_dask.config.schema import ChunkSize
 
 __all__ = ["MAX_AUTO_CHUNK", "MIN_AUTO_CHUNK", "TASK_OVERHEAD_S", "ChunkPlan", "plan_chunks"]
 
-# Fixed cost of one extra task, seconds (DESIGN.md section 6, re-measured in docs/benchmarks.md).
-TASK_OVERHEAD_S = {"sync": 0.0002, "thread": 0.0005, "process": 0.0013, "remote": 0.0013}
+# Fixed cost of one extra task, seconds: measured by benchmarks/array_sum_chunks.py (docs/benchmarks.md).
+TASK_OVERHEAD_S = {"sync": 0.00015, "thread": 0.0008, "process": 0.0008, "remote": 0.0008}
 _STREAM_BYTES_PER_S = 13.5e9  # one thread summing float64 from memory
 _OVERHEAD_FACTOR = 20  # work per task >= 20 x overhead, i.e. overhead <= 5%
-MIN_AUTO_CHUNK = {
-    k: int(min(256 * 2**20, max(4 * 2**20, v * _STREAM_BYTES_PER_S * _OVERHEAD_FACTOR)))
+MIN_AUTO_CHUNK = {  # whole MiB, between 4 MiB and 256 MiB
+    k: min(256, max(4, int(v * _STREAM_BYTES_PER_S * _OVERHEAD_FACTOR) // 2**20)) * 2**20
     for k, v in TASK_OVERHEAD_S.items()
 }
 MAX_AUTO_CHUNK = 512 * 2**20

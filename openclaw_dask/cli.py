@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import runpy
 import sys
 import time
 from pathlib import Path
@@ -205,9 +203,10 @@ def _run_script(cfg: Any, path: Path, args: tuple[str, ...], as_json: bool) -> N
     # The script runs as __main__ in its own namespace, but sys.modules["__main__"] stays
     # this CLI: worker processes spawned for it re-import the CLI, never the script.
     namespace = {"__name__": "__main__", "__file__": str(path.resolve()), "__builtins__": __builtins__}
-    argv, sys_path0 = sys.argv, sys.path[0] if sys.path else None
+    folder = str(path.resolve().parent)
+    argv = sys.argv
     sys.argv = [str(path), *args]
-    sys.path.insert(0, str(path.resolve().parent))
+    sys.path.insert(0, folder)  # as `python script.py` would, for the script's own imports
     t0 = time.perf_counter()
     exit_code = 0
     try:
@@ -224,8 +223,7 @@ def _run_script(cfg: Any, path: Path, args: tuple[str, ...], as_json: bool) -> N
             workers = len(s.workers()) or 1
     finally:
         sys.argv = argv
-        if sys.path and sys.path[0] == str(path.resolve().parent) and sys_path0 != sys.path[0]:
-            sys.path.pop(0)
+        sys.path.remove(folder)
     if as_json:
         click.echo(json.dumps({"script": str(path), "ok": exit_code == 0, "exit_code": exit_code, "wall_s": time.perf_counter() - t0, "backend": cfg.parallel.backend, "workers": workers}))
     if exit_code:

@@ -38,6 +38,5 @@ def track_persist(session: Any, collection: Any, description: str, *, show: bool
 
     from dask.callbacks import Callback
 
-    with _bar(description, len(collection.__dask_graph__()), show) as advance:
-        with Callback(posttask=lambda *a: advance()):
-            return collection.persist(scheduler="sync")
+    with _bar(description, len(collection.__dask_graph__()), show) as advance, Callback(posttask=lambda *a: advance()):
+        return collection.persist(scheduler="sync")

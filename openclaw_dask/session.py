@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -86,7 +85,7 @@ class Session:
     def start(self) -> Session:
         """Apply the dask configuration and start (or reach) the cluster."""
         import dask
-        import distributed  # noqa: F401 - its defaults must be in dask.config before we set keys under them
+        import distributed  # noqa: F401  (its defaults must be in dask.config before keys under them are set)
 
         from openclaw_dask.cluster import open_cluster
         from openclaw_dask.cluster.network import bind_host
@@ -285,8 +284,8 @@ def activated(s: Session) -> Iterator[Session]:
 
 
 def _in_spawned_bootstrap() -> bool:
-    main = sys.modules.get("__main__")
-    return multiprocessing.parent_process() is not None and getattr(main, "__name__", "") == "__mp_main__"
+    # What multiprocessing itself checks: a spawned child re-importing the parent's __main__.
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
 def session(config: str | os.PathLike[str] | Config | None = None, **overrides: Any) -> Session:

@@ -60,10 +60,10 @@ def test_auto_follows_guide_rule_for_large_arrays():
     total = 64 * 2**30  # 64 GiB over 4 slots: guide says 1.6 GiB, capped at MAX_AUTO_CHUNK
     plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=4, backend="thread")
     assert plan.target_bytes == MAX_AUTO_CHUNK
-    total = 8 * 2**30  # 8 GiB / (4 x 10) = 205 MiB, between floor and cap: the guide's value
+    total = 16 * 2**30  # 16 GiB / (4 x 10) = 410 MiB, between floor and cap: the guide's value
     plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=4, backend="thread")
     assert plan.target_bytes == total // 40
-    assert "auto: 8.00 GiB / (4 slots x 10)" in plan.reason
+    assert "auto: 16.00 GiB / (4 slots x 10)" in plan.reason
 
 
 def test_auto_is_raised_to_the_overhead_floor():

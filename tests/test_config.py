@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from openclaw_dask.config import KEYS, ChunkSize, ClusterConfig, ParallelConfig, WorkloadConfig, default_config_text, load_config
+from openclaw_dask.config import (
+    KEYS,
+    ChunkSize,
+    ClusterConfig,
+    ParallelConfig,
+    WorkloadConfig,
+    default_config_text,
+    load_config,
+)
 from openclaw_dask.config.checks import NOT_YET
 from openclaw_dask.errors import ConfigError
 

@@ -26,10 +26,9 @@ def test_disabled_runs_the_same_graph_serially_without_a_cluster():
 
 
 def test_close_is_idempotent_and_happens_on_error():
-    with pytest.raises(ZeroDivisionError):
-        with openclaw_dask.session(workers=1) as s:
-            client = s.client
-            1 / 0
+    with pytest.raises(KeyError), openclaw_dask.session(workers=1) as s:
+        client = s.client
+        raise KeyError("inside the block")
     assert s.closed and client.status == "closed"
     s.close()
     s.close()

@@ -17,6 +17,6 @@ class LogLevel(WorkerPlugin):
     def __init__(self, level: str) -> None:
         self.level = level
 
-    def setup(self, worker) -> None:  # noqa: D102 - WorkerPlugin API
+    def setup(self, worker) -> None:
         for name in ("distributed", "openclaw_dask"):
             logging.getLogger(name).setLevel(self.level)

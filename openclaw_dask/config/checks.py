@@ -14,7 +14,7 @@ from openclaw_dask.errors import ConfigError
 if TYPE_CHECKING:
     from openclaw_dask.config.model import Config
 
-__all__ = ["check", "is_loopback", "NOT_YET"]
+__all__ = ["NOT_YET", "check", "is_loopback"]
 
 # Keys accepted only at their default until the feature lands; value = default.
 NOT_YET: dict[str, Any] = {

@@ -120,7 +120,7 @@ def _size(*, auto: bool = False, none: bool = False, minimum: int = 1) -> Callab
     return coerce
 
 
-_ELEMENTS = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]*)?(?:e[0-9]+)?)\s*elements?\s*$", re.I)
+_ELEMENTS = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]*)?(?:e[0-9]+)?)\s*elements?\s*$", re.IGNORECASE)
 
 
 def _chunk_size(v: Any) -> ChunkSize:
