@@ -144,6 +144,17 @@ def run(target: str, script_args: tuple[str, ...], config_path: str | None, sets
     A script's own arguments follow its path. Inside it, openclaw_dask.session()
     with no arguments returns the session started here.
     """
+    is_script = _resolve_target(target, script_args)
+    cfg = _load(config_path, sets, {"workload.size": size} if size is not None else None)
+    show = not as_json and sys.stderr.isatty()
+    if is_script:
+        _run_script(cfg, Path(target), script_args, as_json)
+    else:
+        _run_workload(cfg, target, as_json, show)
+
+
+def _resolve_target(target: str, script_args: tuple[str, ...]) -> bool:
+    """True for a script, False for a built-in workload; usage errors otherwise."""
     from openclaw_dask.workloads import WORKLOADS
 
     is_script = target.endswith(".py") or Path(target).is_file()
@@ -155,12 +166,48 @@ def run(target: str, script_args: tuple[str, ...], config_path: str | None, sets
         raise click.UsageError(f"unknown workload {target!r}; {hint}")
     if script_args and not is_script:
         raise click.UsageError(f"unexpected arguments {' '.join(script_args)!r} after workload {target}")
+    if is_script and not Path(target).is_file():
+        raise ConfigError(f"script {target} does not exist")
+    return is_script
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("target", required=False, default="array-sum")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@config_option
+@set_option
+@click.option("--size", default=None, help="Input size of a built-in workload, e.g. 2GiB (workload.size).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, help="Also write a self-contained Bokeh report.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the tables.")
+@_friendly
+def profile(target: str, script_args: tuple[str, ...], config_path: str | None, sets: tuple[str, ...], size: str | None,
+            html_path: str | None, as_json: bool) -> None:
+    """Run a workload or script and report per-worker load, skew, stragglers and fixes.
+
+    Plant problems to see the verdicts: --set workload.skew=10 (one chunk 10x bigger),
+    --set workload.straggler=2s (one slow chunk), --set parallel.task_chunk_size=64KiB.
+    """
+    from openclaw_dask.diagnostics.profile import profile as run_profile
+    from openclaw_dask.session import Session
+
+    is_script = _resolve_target(target, script_args)
     cfg = _load(config_path, sets, {"workload.size": size} if size is not None else None)
-    show = not as_json and sys.stderr.isatty()
-    if is_script:
-        _run_script(cfg, Path(target), script_args, as_json)
+    with Session(cfg).start() as s:
+        result = run_profile(s, target, script_args=script_args, progress=not as_json and sys.stderr.isatty())
+    if html_path:
+        from openclaw_dask.diagnostics.html import profile_layout, write_html
+
+        write_html(profile_layout(result.report, result.record), html_path, "openclaw profile")
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), default=str))
     else:
-        _run_workload(cfg, target, as_json, show)
+        from openclaw_dask.diagnostics.terminal import print_profile
+
+        print_profile(result.report)
+        if html_path:
+            click.echo(f"wrote {Path(html_path).resolve()}")
+    if result.exit_code:
+        _fail(f"{'script' if is_script else target} failed (exit code {result.exit_code})", result.exit_code)
 
 
 def _run_workload(cfg: Any, name: str, as_json: bool, show: bool) -> None:
@@ -172,58 +219,21 @@ def _run_workload(cfg: Any, name: str, as_json: bool, show: bool) -> None:
     if as_json:
         click.echo(json.dumps(result.to_dict()))
     else:
-        _print_summary(result)
+        from openclaw_dask.diagnostics.terminal import print_run_summary
+
+        print_run_summary(result)
     if not result.ok:
         _fail(f"{name} computed {result.result!r}, expected {result.expected!r}", 1)
 
 
-def _print_summary(r: Any) -> None:
-    from dask.utils import format_bytes
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"openclaw run {r.workload}", show_header=False)
-    table.add_column(style="bold")
-    table.add_column()
-    check = "[green]correct[/]" if r.ok else "[red]WRONG[/]"
-    table.add_row("check", f"{check}: {r.result:.17g} (expected {r.expected:.17g})")
-    table.add_row("throughput", f"{r.gbps:.2f} GB/s over {format_bytes(r.size_bytes)} (median of {len(r.sum_s_all)} sums: {r.sum_s * 1e3:.1f} ms)")
-    table.add_row("wall time", f"{r.wall_s:.2f} s (generation {r.generate_s:.2f} s)")
-    table.add_row("cluster", f"{r.backend}: {r.workers} worker(s), {r.threads} thread(s)")
-    table.add_row("chunks", f"{r.n_chunks} x {format_bytes(r.chunk_bytes)} ({r.chunk_reason})")
-    Console().print(table)
-
-
 def _run_script(cfg: Any, path: Path, args: tuple[str, ...], as_json: bool) -> None:
-    from openclaw_dask.session import Session, activated
+    from openclaw_dask.scripts import run_script
+    from openclaw_dask.session import Session
 
-    if not path.is_file():
-        raise ConfigError(f"script {path} does not exist")
-    code = compile(path.read_text("utf-8"), str(path), "exec")
-    # The script runs as __main__ in its own namespace, but sys.modules["__main__"] stays
-    # this CLI: worker processes spawned for it re-import the CLI, never the script.
-    namespace = {"__name__": "__main__", "__file__": str(path.resolve()), "__builtins__": __builtins__}
-    folder = str(path.resolve().parent)
-    argv = sys.argv
-    sys.argv = [str(path), *args]
-    sys.path.insert(0, folder)  # as `python script.py` would, for the script's own imports
     t0 = time.perf_counter()
-    exit_code = 0
-    try:
-        with Session(cfg).start() as s, activated(s):
-            try:
-                exec(code, namespace)
-            except SystemExit as e:
-                exit_code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-            except Exception:
-                import traceback
-
-                traceback.print_exc()
-                exit_code = 1
-            workers = len(s.workers()) or 1
-    finally:
-        sys.argv = argv
-        sys.path.remove(folder)
+    with Session(cfg).start() as s:
+        exit_code = run_script(s, path, args)
+        workers = len(s.workers()) or 1
     if as_json:
         click.echo(json.dumps({"script": str(path), "ok": exit_code == 0, "exit_code": exit_code, "wall_s": time.perf_counter() - t0, "backend": cfg.parallel.backend, "workers": workers}))
     if exit_code:

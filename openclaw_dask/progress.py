@@ -32,7 +32,8 @@ def track_persist(session: Any, collection: Any, description: str, *, show: bool
         futures = futures_of(persisted)
         with _bar(description, len(futures), show) as advance:
             for future in as_completed(futures):
-                future.result()  # raise the first task error here, not later
+                if future.status == "error":  # raise the first task error now; never gather the data itself
+                    future.result()
                 advance()
         return persisted
 

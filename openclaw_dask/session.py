@@ -196,6 +196,7 @@ class Session:
         *,
         fill: str | Callable[..., np.ndarray] = "random",
         seed: int = 0,
+        chunks: tuple[tuple[int, ...], ...] | None = None,
     ) -> da.Array:
         """A new dask array whose blocks are made on the workers.
 
@@ -210,12 +211,14 @@ class Session:
         seed
             Seed of ``random``; the same seed gives the same array for any chunking
             of the same shape only block by block, so keep chunks fixed to compare.
+        chunks
+            Explicit dask chunks instead of the session's choice.
         """
         import dask.array as da
 
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         dtype = np.dtype(dtype)
-        chunks = self.chunks(shape, dtype)
+        chunks = self.chunks(shape, dtype) if chunks is None else chunks
         meta = np.empty((0,) * len(shape), dtype=dtype)
         if callable(fill):
             return da.map_blocks(fill, chunks=chunks, dtype=dtype, meta=meta)

@@ -184,3 +184,12 @@ def test_config_template_round_trips_every_key(key, tmp_path):
     data = yaml.safe_load(default_config_text())
     section, name = key.split(".")
     assert name in data[section]
+
+
+def test_plain_python_without_guard_on_process_backend_says_how_to_fix(tmp_path):
+    script = tmp_path / "noguard.py"
+    script.write_text(SCRIPT.replace("openclaw_dask.session()", "openclaw_dask.session(backend='process', workers=1, timeout='10s')"))
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=90)
+    assert r.returncode != 0
+    assert "run it with `openclaw run script.py`" in r.stderr
+    assert "RESULT" not in r.stdout

@@ -57,6 +57,8 @@ class WorkloadConfig:
 
     size: int
     repeat: int
+    skew: float
+    straggler: float
 
 
 @dataclass(frozen=True)

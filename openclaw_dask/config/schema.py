@@ -138,15 +138,15 @@ def _chunk_size(v: Any) -> ChunkSize:
         raise Invalid("'auto', a size such as 64MiB (bytes), or a count such as '1000000 elements'") from None
 
 
-def _duration(v: Any) -> float:
-    allowed = "a positive duration such as 30s, 10m or a number of seconds"
+def _duration(v: Any, *, zero: bool = False) -> float:
+    allowed = f"a {'' if zero else 'positive '}duration such as 30s, 10m or a number of seconds"
     if isinstance(v, bool) or not isinstance(v, (int, float, str)):
         raise Invalid(allowed)
     try:
         t = float(parse_timedelta(v))
     except (ValueError, KeyError, TypeError):
         raise Invalid(allowed) from None
-    if not t > 0 or math.isinf(t):
+    if t < 0 or (t == 0 and not zero) or math.isinf(t):
         raise Invalid(allowed)
     return t
 
@@ -155,6 +155,12 @@ def _fraction(v: Any) -> float:
     if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 0.95:
         return float(v)
     raise Invalid("a number in (0, 0.95]; 0.7 or less is advised when several processes share a GPU")
+
+
+def _ratio(v: Any) -> float:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and 1 <= v <= 1000:
+        return float(v)
+    raise Invalid("a number from 1 (no skew) to 1000")
 
 
 def _optional_str(v: Any) -> str | None:
@@ -214,6 +220,8 @@ KEYS: tuple[Key, ...] = (
     # workload: built-in jobs
     Key("workload", "size", _size()),
     Key("workload", "repeat", _int(1)),
+    Key("workload", "skew", _ratio),
+    Key("workload", "straggler", lambda v: _duration(v, zero=True)),
 )
 
 SECTIONS: tuple[str, ...] = ("parallel", "cluster", "workload", "dask")

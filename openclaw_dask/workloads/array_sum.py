@@ -4,6 +4,10 @@ A float64 array whose elements are their own index is made chunk-wise on the
 workers and kept in their memory; the sum over it is then timed ``repeat`` times.
 GB/s counts the bytes the timed sum reads, so generation is reported separately
 and never flatters the figure (see DESIGN.md section 6).
+
+``workload.skew`` and ``workload.straggler`` plant problems for ``openclaw profile``:
+one chunk ``skew`` times bigger than the others, or one chunk whose generation
+sleeps ``straggler`` seconds. The answer stays the same.
 """
 
 from __future__ import annotations
@@ -66,7 +70,10 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
     n = max(1, size // 8)
     t_start = time.perf_counter()
     plan = session.chunk_plan((n,), "float64")
-    x = session.array((n,), "float64", fill="arange")
+    chunks = _skewed(plan.chunks[0], cfg.workload.skew)
+    x = session.array((n,), "float64", fill="arange", chunks=(chunks,))
+    if cfg.workload.straggler > 0:
+        x = x.map_blocks(_straggle, cfg.workload.straggler, len(chunks) // 2, dtype=x.dtype, name="openclaw-straggle")
     x = track_persist(session, x, "generating array", show=progress)
     generate_s = time.perf_counter() - t_start
 
@@ -92,8 +99,8 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
         gbps=n * 8 / sum_s / 1e9,
         size_bytes=n * 8,
         n_elements=n,
-        chunk_bytes=plan.chunk_bytes,
-        n_chunks=plan.n_chunks,
+        chunk_bytes=8 * max(chunks),
+        n_chunks=len(chunks),
         chunk_reason=plan.reason,
         backend=cfg.parallel.backend if cfg.parallel.enabled else "serial",
         enabled=cfg.parallel.enabled,
@@ -101,3 +108,20 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
         threads=session.slots,
     )
 
+
+
+def _skewed(chunks: tuple[int, ...], skew: float) -> tuple[int, ...]:
+    """The same total in the same number of chunks, the middle one ``skew`` times the rest."""
+    if skew <= 1 or len(chunks) < 2:
+        return chunks
+    n, m = sum(chunks), len(chunks)
+    base = max(1, int(n / (m - 1 + skew)))
+    sizes = [base] * m
+    sizes[m // 2] = n - base * (m - 1)
+    return tuple(sizes)
+
+
+def _straggle(block: Any, seconds: float, target: int, block_id: tuple[int, ...] = (0,)) -> Any:
+    if block_id[0] == target:
+        time.sleep(seconds)
+    return block

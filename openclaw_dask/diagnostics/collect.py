@@ -1,0 +1,179 @@
+"""Record what a run did, from Dask's own instrumentation.
+
+On a cluster: the scheduler's task stream (every task's worker, thread, compute and
+transfer intervals, output bytes), each worker's transfer logs and counters, its
+system monitor (process memory, sampled by the worker itself), and its spill
+buffer. Nothing is polled while the run goes on; everything is read at the end.
+Serial runs (``parallel.enabled: false``) use a local scheduler callback instead.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["RunRecord", "TaskRecord", "WorkerRecord", "collect"]
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """One task: where and when it ran, and how big its output was."""
+
+    key: str
+    group: str
+    worker: str
+    thread: int
+    start: float
+    stop: float
+    nbytes: int
+    transfer_s: float = 0.0
+
+    @property
+    def duration(self) -> float:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """One worker over the run."""
+
+    address: str
+    nthreads: int
+    memory_limit: int
+    peak_memory: int
+    bytes_in: int
+    bytes_out: int
+    spilled_bytes: int
+    paused: bool = False
+
+
+@dataclass
+class RunRecord:
+    """Everything collected about one run; :func:`~openclaw_dask.diagnostics.analysis.analyze` reads it."""
+
+    backend: str
+    start: float
+    stop: float = 0.0
+    tasks: list[TaskRecord] = field(default_factory=list)
+    workers: dict[str, WorkerRecord] = field(default_factory=dict)
+
+    @property
+    def wall_s(self) -> float:
+        return self.stop - self.start
+
+
+def _key_text(key: Any) -> str:
+    return str(key) if not isinstance(key, tuple) else "(" + ", ".join(repr(k) for k in key) + ")"
+
+
+def _group(key: Any) -> str:
+    from dask.utils import key_split
+
+    return key_split(key)
+
+
+# -- worker-side functions (run by client.run in each worker) ------------------------------
+
+
+def _worker_start(dask_worker: Any) -> dict[str, Any]:
+    return {
+        "count": dask_worker.monitor.count,
+        "out": dask_worker.transfer_outgoing_bytes_total,
+        "spilled": _spilled(dask_worker),
+    }
+
+
+def _spilled(dask_worker: Any) -> int:
+    metrics = getattr(dask_worker.data, "cumulative_metrics", {})
+    return int(sum(v for (label, unit), v in metrics.items() if label == "disk-write" and unit == "bytes"))
+
+
+def _worker_end(dask_worker: Any, since: dict[str, dict[str, Any]], t0: float) -> dict[str, Any]:
+    mine = since.get(dask_worker.address, {"count": 0, "out": 0, "spilled": 0})
+    history = dask_worker.monitor.range_query(start=mine["count"])
+    memory = [m for m in history.get("memory", []) if m is not None]
+    memory.append(dask_worker.monitor.proc.memory_info().rss)
+    incoming = sum(e["total"] for e in dask_worker.transfer_incoming_log if e["start"] >= t0)
+    return {
+        "nthreads": dask_worker.state.nthreads,
+        "memory_limit": dask_worker.memory_manager.memory_limit or 0,
+        "peak_memory": int(max(memory)),
+        "bytes_in": int(incoming),
+        "bytes_out": int(dask_worker.transfer_outgoing_bytes_total - mine["out"]),
+        "spilled_bytes": _spilled(dask_worker) - mine["spilled"],
+        "paused": str(dask_worker.status) == "Status.paused",
+    }
+
+
+@contextmanager
+def collect(session: Any) -> Iterator[RunRecord]:
+    """Record the tasks run in ``session`` inside the ``with`` block.
+
+    Yields a :class:`RunRecord` that is filled in when the block ends.
+    """
+    record = RunRecord(backend=session.scheduler_kind, start=time.time())
+    if session.client is None:
+        with _local(record):
+            yield record
+        record.stop = time.time()
+        return
+
+    from distributed import get_task_stream
+
+    client = session.client
+    since = client.run(_worker_start)
+    with get_task_stream(client) as stream:
+        yield record
+    record.stop = time.time()
+    for r in stream.data:
+        compute = [s for s in r["startstops"] if s["action"] == "compute"]
+        if not compute:
+            continue
+        transfer = sum(s["stop"] - s["start"] for s in r["startstops"] if s["action"] == "transfer")
+        record.tasks.append(
+            TaskRecord(
+                key=_key_text(r["key"]),
+                group=_group(r["key"]),
+                worker=r["worker"],
+                thread=int(r.get("thread") or 0),
+                start=compute[0]["start"],
+                stop=compute[-1]["stop"],
+                nbytes=int(r.get("nbytes") or 0),
+                transfer_s=transfer,
+            )
+        )
+    for address, info in client.run(_worker_end, since=since, t0=record.start).items():
+        record.workers[address] = WorkerRecord(address=address, **info)
+
+
+@contextmanager
+def _local(record: RunRecord) -> Iterator[None]:
+    """Timing and output size of every task on dask's local schedulers."""
+    import psutil
+    from dask.callbacks import Callback
+    from dask.sizeof import sizeof
+
+    starts: dict[Any, float] = {}
+    lock = threading.Lock()
+    process = psutil.Process()
+    peak = [process.memory_info().rss]
+
+    def pretask(key: Any, dsk: Any, state: Any) -> None:
+        starts[key] = time.time()
+
+    def posttask(key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+        stop = time.time()
+        task = TaskRecord(_key_text(key), _group(key), "local", threading.get_ident(), starts.pop(key, stop), stop, int(sizeof(result)))
+        with lock:
+            record.tasks.append(task)
+            if len(record.tasks) % 16 == 0:
+                peak[0] = max(peak[0], process.memory_info().rss)
+
+    with Callback(pretask=pretask, posttask=posttask):
+        yield
+    peak[0] = max(peak[0], process.memory_info().rss)
+    record.workers["local"] = WorkerRecord("local", 1, psutil.virtual_memory().total, peak[0], 0, 0, 0)

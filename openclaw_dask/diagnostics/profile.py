@@ -1,0 +1,54 @@
+"""``openclaw profile``: run a workload or script under the collector and analyse it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from openclaw_dask.diagnostics.analysis import ProfileReport, analyze
+from openclaw_dask.diagnostics.collect import RunRecord, collect
+
+__all__ = ["ProfileResult", "profile"]
+
+
+@dataclass
+class ProfileResult:
+    """A profiled run: the report, the raw record behind it, and the workload's own result."""
+
+    report: ProfileReport
+    record: RunRecord
+    workload: Any | None
+    exit_code: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload": None if self.workload is None else self.workload.to_dict(),
+            "exit_code": self.exit_code,
+            "profile": self.report.to_dict(),
+        }
+
+
+def profile(session: Any, target: str | Path = "array-sum", *, script_args: tuple[str, ...] = (), progress: bool = False) -> ProfileResult:
+    """Run ``target`` (a built-in workload name or a script path) in ``session`` and profile it.
+
+    Returns
+    -------
+    ProfileResult
+        ``exit_code`` is 1 when the workload's answer was wrong or the script failed.
+    """
+    from openclaw_dask.scripts import run_script
+    from openclaw_dask.workloads import WORKLOADS
+
+    result = None
+    with collect(session) as record:
+        if str(target) in WORKLOADS:
+            result = WORKLOADS[str(target)](session, progress=progress)
+            exit_code = 0 if result.ok else 1
+        else:
+            exit_code = run_script(session, target, script_args)
+    t0 = time.perf_counter()
+    report = analyze(record, chunk_hint=getattr(result, "chunk_bytes", None))
+    report.extra["analysis_s"] = time.perf_counter() - t0
+    return ProfileResult(report, record, result, exit_code)

@@ -1,0 +1,79 @@
+"""Rich renderings of results for the terminal (the CLI prints these)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["print_profile", "print_run_summary"]
+
+
+def _b(n: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def _t(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.2f}s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.0f}ms" if seconds >= 0.1 else f"{seconds * 1e3:.3g}ms"
+    return f"{seconds * 1e6:.0f}us"
+
+
+def _short(address: str) -> str:
+    return address.split("://", 1)[-1]
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+def print_run_summary(r: Any) -> None:
+    """One screen: correctness, throughput, wall time, cluster, chunks."""
+    from rich.table import Table
+
+    table = Table(title=f"openclaw run {r.workload}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    check = "[green]correct[/]" if r.ok else "[red]WRONG[/]"
+    table.add_row("check", f"{check}: {r.result:.17g} (expected {r.expected:.17g})")
+    table.add_row("throughput", f"{r.gbps:.2f} GB/s over {_b(r.size_bytes)} (median of {len(r.sum_s_all)} sums: {r.sum_s * 1e3:.1f} ms)")
+    table.add_row("wall time", f"{r.wall_s:.2f} s (generation {r.generate_s:.2f} s)")
+    table.add_row("cluster", f"{r.backend}: {r.workers} worker(s), {r.threads} thread(s)")
+    table.add_row("chunks", f"{r.n_chunks} x {_b(r.chunk_bytes)} ({r.chunk_reason})")
+    _console().print(table)
+
+
+def print_profile(report: Any) -> None:
+    """Per-worker and per-group tables, then each verdict with its fix."""
+    from rich.box import SIMPLE_HEAD
+    from rich.table import Table
+
+    console = _console()
+    workers = Table(title=f"openclaw profile: {report.n_tasks} tasks, {report.wall_s:.2f} s, backend {report.backend}", box=SIMPLE_HEAD)
+    for col in ("worker x threads", "tasks", "busy", "util", "computed", "in", "out", "peak mem"):
+        workers.add_column(col, justify="left" if col.startswith("worker") else "right", no_wrap=True, overflow="ellipsis")
+    for w in report.workers:
+        workers.add_row(
+            f"{_short(w.address)} x{w.nthreads}", str(w.tasks), _t(w.busy_s), f"{w.utilization:.0%}",
+            _b(w.bytes_computed), _b(w.bytes_in), _b(w.bytes_out), _b(w.peak_memory),
+        )
+    console.print(workers)
+    groups = Table(title="task groups", box=SIMPLE_HEAD)
+    for col in ("group", "count", "total", "p50", "p95", "max", "chunk p50", "chunk max"):
+        groups.add_column(col, justify="left" if col == "group" else "right", no_wrap=True, overflow="ellipsis")
+    for g in report.groups[:12]:
+        groups.add_row(
+            g.group, str(g.count), _t(g.total_s), _t(g.p50_s), _t(g.p95_s), _t(g.max_s), _b(g.bytes_p50), _b(g.bytes_max),
+        )
+    console.print(groups)
+    im = report.imbalance
+    if not report.verdicts:
+        console.print(f"[green]no problems found[/]: busiest lane {im['max_over_mean']:.2f}x the mean (CV {im['cv']:.2f}), "
+                      "tasks long enough to amortise scheduling")
+    for v in report.verdicts:
+        console.print(f"[bold yellow]{v.kind}[/]: {v.summary}\n  [bold]fix:[/] {v.fix}")
