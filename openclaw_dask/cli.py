@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from openclaw_dask.errors import BackendUnavailable, ConfigError, RunError
+from openclaw_dask.errors import BackendUnavailable, ConfigError, ResultMismatch, RunError
 
 __all__ = ["main"]
 
@@ -66,7 +66,28 @@ def _version() -> str:
     return __version__
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+_NoArgs = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+class _Group(click.Group):
+    """Click's usage errors as one line and exit 2, like openclaw's own."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            return super().main(*args, **kwargs)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        except _NoArgs as e:  # plain `openclaw`: the help is the answer
+            click.echo(e.ctx.get_help() if e.ctx else str(e))
+            sys.exit(0)
+        except click.ClickException as e:
+            _fail(e.format_message(), e.exit_code)
+        except click.exceptions.Abort:
+            _fail("interrupted", 130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(version=_version(), prog_name="openclaw")
 def main() -> None:
     """openclaw: run chunked Dask array work in parallel from one YAML file."""
@@ -85,6 +106,8 @@ def init(path: str | None, force: bool) -> None:
         target = target / DEFAULT_FILENAME
     if target.exists() and not force:
         raise ConfigError(f"{target} already exists; edit it, or pass --force to overwrite it")
+    if not target.parent.is_dir():
+        raise ConfigError(f"cannot write {target}: folder {target.parent} does not exist; create it first")
     target.write_text(default_config_text(), "utf-8")
     click.echo(f"wrote {target.resolve()} ({len(KEYS)} keys, all at their defaults)")
     click.echo("next: edit it, then `openclaw run array-sum` (check it with `openclaw config validate`)")
@@ -125,7 +148,9 @@ def config_validate(path: str) -> None:
     """Check a config file; exit 2 with the first problem found."""
     if not Path(path).is_file():
         raise ConfigError(f"{path}: no such file; create one with `openclaw init {path}`")
-    cfg = _load(path, ())
+    from openclaw_dask.config import load_config
+
+    cfg = load_config(path, env={})  # the file alone, not this shell's OPENCLAW_* variables
     changed = sum(src != "default" for src in cfg.sources.values())
     click.echo(f"{path}: valid ({changed} keys set, backend {cfg.parallel.backend})")
 
@@ -223,7 +248,7 @@ def _run_workload(cfg: Any, name: str, as_json: bool, show: bool) -> None:
 
         print_run_summary(result)
     if not result.ok:
-        _fail(f"{name} computed {result.result!r}, expected {result.expected!r}", 1)
+        raise ResultMismatch(f"{name} computed {result.result!r}, expected {result.expected!r}")
 
 
 def _run_script(cfg: Any, path: Path, args: tuple[str, ...], as_json: bool) -> None:

@@ -25,7 +25,11 @@ def run_script(session: Any, path: str | Path, args: tuple[str, ...] = ()) -> in
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"script {path} does not exist")
-    code = compile(path.read_text("utf-8"), str(path), "exec")
+    try:
+        code = compile(path.read_bytes(), str(path), "exec")
+    except (SyntaxError, ValueError):  # as `python script.py` reports it
+        traceback.print_exc(limit=0)
+        return 1
     namespace = {"__name__": "__main__", "__file__": str(path.resolve()), "__builtins__": __builtins__}
     folder = str(path.resolve().parent)
     argv = sys.argv
@@ -35,7 +39,10 @@ def run_script(session: Any, path: str | Path, args: tuple[str, ...] = ()) -> in
         with activated(session):
             exec(code, namespace)
     except SystemExit as e:
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)  # sys.exit("message"), as Python prints it
+        return 1
     except Exception:  # the script's own error: show it as Python would
         traceback.print_exc()
         return 1

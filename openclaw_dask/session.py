@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -29,8 +30,8 @@ if TYPE_CHECKING:
 __all__ = ["FILLS", "Session", "active_session", "session"]
 
 logger = logging.getLogger("openclaw_dask.session")
-_LOGGERS = ("openclaw_dask", "distributed")
 _ACTIVE: list[Session] = []  # sessions the CLI started for a script, innermost last
+_OPEN: list[Session] = []  # started and not yet closed, oldest first
 
 
 def _fill_block(kind: str, seed: int, dtype: str, block_info: dict | None = None) -> np.ndarray:
@@ -77,7 +78,9 @@ class Session:
         self._owned = owned
         self._handle: ClusterHandle | None = None
         self._dask_ctx: Any = None
+        self._blas: Any = None
         self._levels: dict[str, int] = {}
+        self.started = False
         self.closed = False
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -89,12 +92,16 @@ class Session:
 
         from openclaw_dask.cluster import open_cluster
         from openclaw_dask.cluster.network import bind_host
-        from openclaw_dask.cluster.plugins import LogLevel
+        from openclaw_dask.cluster.plugins import LOGGERS, LogLevel
 
+        if self.started:
+            raise OpenclawError("this session was started already; make a new one with openclaw_dask.session()")
+        self.started = True
         p = self.config.parallel
         settings: dict[str, Any] = {
             "distributed.comm.timeouts.connect": f"{p.timeout}s",
-            "distributed.comm.timeouts.tcp": f"{max(p.timeout, 30.0)}s",
+            # distributed's TCP keep-alive needs >= 11 s (10 probes + 1): a lower value cannot start
+            "distributed.comm.timeouts.tcp": f"{max(p.timeout, 11.0)}s",
         }
         if p.enabled and p.backend == "thread":
             # inproc addresses carry the machine's IP, not the host the dashboard binds
@@ -102,10 +109,17 @@ class Session:
         settings.update(self.config.dask)
         if not p.enabled:
             settings["scheduler"] = "sync"
-        self._levels = {name: logging.getLogger(name).level for name in _LOGGERS}
-        for name in _LOGGERS:
+        self._levels = {name: logging.getLogger(name).level for name in LOGGERS}
+        for name in LOGGERS:
             logging.getLogger(name).setLevel(p.log_level)
         self._dask_ctx = dask.config.set(settings)
+        if not p.enabled or p.backend == "thread":
+            # Tasks run in this process: one BLAS/OpenMP thread each, so task threads never
+            # oversubscribe the cores (process workers get the same from distributed's nanny).
+            from threadpoolctl import threadpool_limits
+
+            self._blas = threadpool_limits(limits=1)
+        _OPEN.append(self)
         try:
             if p.enabled:
                 self._handle = open_cluster(self.config)
@@ -118,19 +132,32 @@ class Session:
         return self
 
     def close(self) -> None:
-        """Close the client and the cluster openclaw started, and restore dask's configuration."""
-        if self.closed or not self._owned:
+        """Close the client and the cluster openclaw started, and restore dask's configuration.
+
+        Sessions restore what they changed in the order they were opened; close nested
+        sessions innermost first (``with`` blocks do).
+        """
+        if self.closed or not self._owned or not self.started:
             return
         self.closed = True
+        if _OPEN and _OPEN[-1] is not self:
+            logger.warning("closing a session that is not the most recent one: dask settings restored may be stale")
+        if self in _OPEN:
+            _OPEN.remove(self)
         if self._handle is not None:
+            if self._handle.cluster is None:  # remote: leave the user's workers as they were
+                with contextlib.suppress(Exception):
+                    self._handle.client.unregister_worker_plugin("openclaw-log-level")
             self._handle.close()
+        if self._blas is not None:
+            self._blas.restore_original_limits()
         if self._dask_ctx is not None:
             self._dask_ctx.__exit__(None, None, None)
         for name, level in self._levels.items():
             logging.getLogger(name).setLevel(level)
 
     def __enter__(self) -> Session:
-        return self
+        return self if self.started else self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -224,7 +251,11 @@ class Session:
             return da.map_blocks(fill, chunks=chunks, dtype=dtype, meta=meta)
         if fill not in FILLS:
             raise OpenclawError(f"fill={fill!r} is not known; use one of {', '.join(FILLS)} or a function")
-        return da.map_blocks(_fill_block, fill, seed, dtype.str, chunks=chunks, dtype=dtype, meta=meta, name=f"openclaw-{fill}-{seed}")
+        from dask.base import tokenize
+
+        # The name must depend on everything that changes the blocks, or two arrays share keys.
+        name = f"openclaw-{fill}-{tokenize(fill, seed, shape, dtype.str, chunks)}"
+        return da.map_blocks(_fill_block, fill, seed, dtype.str, chunks=chunks, dtype=dtype, meta=meta, name=name)
 
     def from_array(self, x: Any) -> da.Array:
         """Wrap an array-like as a dask array chunked by this session.
@@ -313,6 +344,7 @@ def session(config: str | os.PathLike[str] | Config | None = None, **overrides: 
     if config is None and not overrides and _ACTIVE:
         borrowed = Session(_ACTIVE[-1].config, owned=False)
         borrowed._handle = _ACTIVE[-1]._handle
+        borrowed.started = True
         return borrowed
     if _in_spawned_bootstrap():
         raise OpenclawError(

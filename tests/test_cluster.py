@@ -46,8 +46,11 @@ def test_communication_maps_to_protocol(backend, communication, expected):
 
 
 @pytest.mark.parametrize("communication", ["nccl", "ucx"])
-def test_nccl_without_ucx_falls_back_to_tcp_with_a_warning(caplog, communication):
-    pytest.importorskip("distributed")
+def test_nccl_without_ucx_falls_back_to_tcp_with_a_warning(caplog, monkeypatch, communication):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "distributed_ucxx" else real(name, *a))
     caplog.set_level(logging.WARNING, logger="openclaw_dask")
     assert plan(cfg(backend="process", communication=communication))["protocol"] == "tcp"
     assert "falling back to tcp" in caplog.text
@@ -182,11 +185,13 @@ def test_remote_backend_uses_an_existing_deployment(dask_scheduler):
         assert s.compute(x.sum()) == 999 * 1000 / 2
         levels = s.client.run(lambda: logging.getLogger("distributed").level)
         assert set(levels.values()) == {logging.INFO}
+        assert "openclaw-log-level" in s.client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.worker_plugins))
     # closing the session leaves the user's scheduler running
     from distributed import Client
 
     with Client(address, timeout=10) as c:
         assert len(c.scheduler_info()["workers"]) == 2
+        assert "openclaw-log-level" not in c.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.worker_plugins))
 
 
 def test_remote_waits_for_workers_then_fails_clearly(dask_scheduler):
@@ -209,11 +214,16 @@ def test_unreachable_scheduler_fails_within_the_timeout():
     assert 1.5 < elapsed < 12
 
 
-@pytest.mark.parametrize("backend", ["thread", "process"])
-def test_every_listening_socket_is_on_loopback(backend):
+@pytest.mark.parametrize(
+    "overrides",
+    [{"backend": "thread", "dashboard": True}, {"backend": "process", "dashboard": True},
+     {"backend": "thread", "network_interface": "lo"}, {"backend": "process", "network_interface": "lo"}],
+)
+def test_every_listening_socket_is_on_loopback(overrides):
     import psutil
 
-    with openclaw_dask.session(backend=backend, workers=1, dashboard=True):
+    with openclaw_dask.session(workers=1, **overrides) as s:
+        assert s.compute(s.array(10, fill="ones").sum()) == 10
         me = psutil.Process()
         procs = [me, *me.children(recursive=True)]
         listening = [c.laddr for p in procs for c in p.net_connections("inet") if c.status == psutil.CONN_LISTEN]

@@ -226,9 +226,10 @@ def test_empty_file_means_defaults(tmp_path):
     assert cfg(path=write(tmp_path, "")).parallel.backend == "thread"
 
 
-def test_unknown_env_variable_is_refused_with_suggestion():
-    with pytest.raises(ConfigError, match=r"OPENCLAW_WORKER='2' is not an openclaw setting; did you mean OPENCLAW_WORKERS\?"):
-        cfg(env={"OPENCLAW_WORKER": "2"})
+def test_unknown_env_variable_warns_with_suggestion_and_changes_nothing(caplog):
+    c = cfg(env={"OPENCLAW_WORKER": "2"})
+    assert c.parallel.workers == "auto"
+    assert "OPENCLAW_WORKER is not an openclaw setting; did you mean OPENCLAW_WORKERS?" in caplog.text
 
 
 def test_bad_env_value_names_the_variable():
@@ -275,7 +276,14 @@ def test_not_yet_keys_are_refused_unless_at_default(key):
         ({"omp_threads": 2}, "apply to backend process only"),
         ({"backend": "remote"}, "needs the address of a running dask-scheduler"),
         ({"scheduler_address": "tcp://127.0.0.1:8786"}, "used only with backend remote"),
-        ({"backend": "remote", "scheduler_address": "tcp://127.0.0.1:1", "memory_limit": "1GiB"}, "set --memory-limit there"),
+        ({"backend": "remote", "scheduler_address": "tcp://127.0.0.1:1", "memory_limit": "1GiB"}, "set by whoever started"),
+        ({"backend": "remote", "scheduler_address": "tcp://127.0.0.1:1", "dashboard": True}, "set by whoever started"),
+        ({"backend": "remote", "scheduler_address": "tcp://127.0.0.1:1", "network_interface": "lo"}, "set by whoever started"),
+        ({"backend": "remote", "scheduler_address": "tcp://127.0.0.1:1", "host": "localhost"}, "set by whoever started"),
+        ({"backend": "remote", "scheduler_address": "tcp://127.0.0.1:x"}, "expected PROTOCOL://HOST:PORT"),
+        ({"backend": "remote", "scheduler_address": "foo://127.0.0.1:1"}, "expected PROTOCOL://HOST:PORT"),
+        ({"backend": "remote", "scheduler_address": "127.0.0.1:8786"}, "expected PROTOCOL://HOST:PORT"),
+        ({"host": "::1"}, "IPv6 binds are not supported"),
         ({"backend": "remote", "scheduler_address": "tcp://127.0.0.1:1", "communication": "ucx"}, "sets the protocol"),
         ({"host": "0.0.0.0"}, "non-loopback address without TLS"),
         ({"host": "example.org"}, "non-loopback address without TLS"),
@@ -293,5 +301,24 @@ def test_insecure_bind_is_allowed_when_asked():
 
 
 def test_loopback_forms_are_accepted():
-    for host in ("127.0.0.1", "localhost", "127.0.0.2", "::1"):
+    for host in ("127.0.0.1", "localhost", "127.0.0.2"):
         assert cfg({"host": host}).cluster.host == host
+
+
+def test_duplicate_keys_are_refused_not_last_wins(tmp_path):
+    with pytest.raises(ConfigError, match=r":3: parallel.workers appears twice \(first on line 2\)"):
+        cfg(path=write(tmp_path, "parallel:\n  workers: 2\n  workers: 3\n"))
+    with pytest.raises(ConfigError, match=r":3: parallel appears twice"):
+        cfg(path=write(tmp_path, "parallel: {workers: 2}\nworkload: {}\nparallel: {workers: 3}\n"))
+
+
+def test_odd_inputs_give_one_clear_error(tmp_path):
+    for key in ("workload.size", "parallel.timeout"):
+        with pytest.raises(ConfigError, match=re.escape(key)):
+            cfg({key: "1e400"})
+    with pytest.raises(ConfigError, match="needs a name after 'dask.'"):
+        cfg({"dask.": 3})
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes("parallel: {backend: th\xe9}\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        cfg(path=bad)

@@ -145,3 +145,41 @@ def test_array_sum_is_correct_everywhere(overrides):
     assert len(r.sum_s_all) == 2 and r.gbps > 0
     assert r.workers == (2 if overrides.get("backend") == "process" else 1)
     assert r.backend == ("serial" if overrides.get("enabled") is False else overrides.get("backend", "thread"))
+
+
+def test_arrays_of_different_shapes_never_share_keys():
+    with openclaw_dask.session(workers=1, task_chunk_size="800B") as s:
+        small = s.persist(s.array((150,), fill="arange"))
+        big = s.compute(s.array((1000,), fill="arange"))
+        assert big.shape == (1000,)
+        np.testing.assert_array_equal(big, np.arange(1000.0))
+        assert s.compute(small).shape == (150,)
+
+
+def test_with_statement_starts_a_session_and_start_twice_is_refused():
+    from openclaw_dask import Session
+
+    with Session(load_config(env={}, overrides={"workers": 1})) as s:
+        assert s.client is not None
+        with pytest.raises(OpenclawError, match="started already"):
+            s.start()
+
+
+def test_out_of_order_close_warns(caplog):
+    a = openclaw_dask.session(enabled=False)
+    b = openclaw_dask.session(enabled=False, timeout="12s")
+    a.close()
+    assert "not the most recent one" in caplog.text
+    b.close()
+
+
+def test_blas_pools_are_one_thread_on_thread_and_serial_backends():
+    from threadpoolctl import threadpool_info
+
+    def widest():
+        return max((p["num_threads"] for p in threadpool_info()), default=1)
+
+    with openclaw_dask.session(workers=2) as s:
+        assert s.client.submit(widest, pure=False).result() == 1
+    with openclaw_dask.session(enabled=False):
+        assert widest() == 1

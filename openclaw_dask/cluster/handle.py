@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["ClusterHandle"]
@@ -24,14 +24,11 @@ class ClusterHandle:
         The cluster object openclaw started (``None`` for ``remote``: the user owns it).
     backend
         The backend name.
-    plan
-        The keyword arguments the cluster or client was built from (for display).
     """
 
     client: Any
     cluster: Any
     backend: str
-    plan: dict[str, Any] = field(default_factory=dict)
     closed: bool = False
 
     def close(self) -> None:

@@ -43,16 +43,16 @@ def plan(config: Config) -> dict[str, Any]:
         "scheduler_kwargs": {"dashboard_address": dashboard_address(config, host) or f"{host}:0"},
         "silence_logs": getattr(logging, p.log_level),
     }
-    if p.network_interface is not None:
-        kwargs["interface"] = p.network_interface
-    else:
-        kwargs["host"] = host
     if c.memory_limit != "auto":
         kwargs["memory_limit"] = c.memory_limit
     if kwargs["protocol"] == "inproc":
-        kwargs.pop("host", None)  # inproc addresses carry no host...
-        # ...so the worker's HTTP server would listen on every interface unless told where.
+        # inproc addresses carry no host or interface, so the worker's HTTP server would
+        # listen on every interface unless told where.
         kwargs["worker_dashboard_address"] = f"{host}:0"
+    elif p.network_interface is not None:
+        kwargs["interface"] = p.network_interface
+    else:
+        kwargs["host"] = host
     return kwargs
 
 
@@ -78,4 +78,4 @@ def start(config: Config) -> ClusterHandle:
     except Exception as e:
         cluster.close()
         raise ClusterStartError(f"could not connect to the {config.parallel.backend} cluster ({type(e).__name__}: {e})") from e
-    return ClusterHandle(client=client, cluster=cluster, backend=config.parallel.backend, plan=kwargs)
+    return ClusterHandle(client=client, cluster=cluster, backend=config.parallel.backend)

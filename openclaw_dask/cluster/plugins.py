@@ -6,7 +6,9 @@ import logging
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-__all__ = ["LogLevel"]
+__all__ = ["LOGGERS", "LogLevel"]
+
+LOGGERS = ("openclaw_dask", "distributed")
 
 
 class LogLevel(WorkerPlugin):
@@ -18,5 +20,5 @@ class LogLevel(WorkerPlugin):
         self.level = level
 
     def setup(self, worker) -> None:
-        for name in ("distributed", "openclaw_dask"):
+        for name in LOGGERS:
             logging.getLogger(name).setLevel(self.level)

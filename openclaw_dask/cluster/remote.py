@@ -43,4 +43,4 @@ def start(config: Config) -> ClusterHandle:
                 f"only {have} of {want} workers joined {address} within {timeout:g}s; start more dask-worker "
                 "processes, or set parallel.workers=auto to use those present"
             ) from None
-    return ClusterHandle(client=client, cluster=None, backend="remote", plan={"address": address, "timeout": timeout})
+    return ClusterHandle(client=client, cluster=None, backend="remote")

@@ -29,7 +29,6 @@ NOT_YET: dict[str, Any] = {
     "parallel.socket_buffer_size": None,
     "parallel.rdma": False,
 }
-BUILT_BACKENDS = ("thread", "process", "remote")
 
 
 def is_loopback(host: str) -> bool:
@@ -53,8 +52,11 @@ def check(config: Config) -> None:
     for dotted, default in NOT_YET.items():
         if config.get(dotted) != default:
             raise _fail(config, dotted, f"not available in this build yet; remove the key or set it to {_yaml(default)}")
-    if p.backend not in BUILT_BACKENDS:
-        raise _fail(config, "parallel.backend", f"backend not available in this build yet; use one of {', '.join(BUILT_BACKENDS)}")
+    from openclaw_dask.cluster.registry import BACKENDS
+
+    built = [name for name, spec in BACKENDS.items() if spec.module is not None]
+    if p.backend not in built:
+        raise _fail(config, "parallel.backend", f"backend not available in this build yet; use one of {', '.join(built)}")
     if p.strategy == "pipeline":
         raise _fail(config, "parallel.strategy", "pipeline mode is not available in this build yet; use data or model")
     if p.communication == "tls":
@@ -64,20 +66,33 @@ def check(config: Config) -> None:
     if p.omp_threads != 1 and p.backend != "process":
         raise _fail(config, "parallel.omp_threads", f"threads per worker process apply to backend process only (backend is {p.backend}); set parallel.workers instead")
     if p.backend == "remote":
-        if not c.scheduler_address:
-            raise _fail(config, "cluster.scheduler_address", "backend remote needs the address of a running dask-scheduler, e.g. tcp://127.0.0.1:8786")
-        if p.communication not in ("auto", "tcp", "gloo") and not c.scheduler_address.startswith(p.communication):
-            raise _fail(config, "parallel.communication", f"the scheduler address {c.scheduler_address} sets the protocol; use auto")
-        if c.memory_limit != "auto":
-            raise _fail(config, "cluster.memory_limit", "remote workers are started by dask-worker; set --memory-limit there")
+        _check_remote(config)
     elif c.scheduler_address:
         raise _fail(config, "cluster.scheduler_address", f"used only with backend remote (backend is {p.backend}); remove it or set parallel.backend=remote")
+    if ":" in c.host:
+        raise _fail(config, "cluster.host", "IPv6 binds are not supported in this build; use 127.0.0.1")
     if not c.allow_insecure_bind:
         if not is_loopback(c.host):
             raise _fail(config, "cluster.host", "binding a non-loopback address without TLS lets anyone who reaches it run code; use 127.0.0.1 or set cluster.allow_insecure_bind=true")
         dash_host = c.dashboard.rpartition(":")[0] if isinstance(c.dashboard, str) else ""
         if dash_host and not is_loopback(dash_host):
             raise _fail(config, "cluster.dashboard", "a dashboard on a non-loopback address is reachable by others; use a port only, or set cluster.allow_insecure_bind=true")
+
+
+def _check_remote(config: Config) -> None:
+    """A remote cluster is the user's: only the address, workers to wait for, timeout and logging apply."""
+    p, c = config.parallel, config.cluster
+    if not c.scheduler_address:
+        raise _fail(config, "cluster.scheduler_address", "backend remote needs the address of a running dask-scheduler, e.g. tcp://127.0.0.1:8786")
+    scheme, sep, rest = c.scheduler_address.partition("://")
+    host, _, port = (rest if sep else scheme).rpartition(":")
+    if not sep or scheme not in ("tcp", "tls", "ucx", "inproc") or not host or not port.isdigit():
+        raise _fail(config, "cluster.scheduler_address", "expected PROTOCOL://HOST:PORT, e.g. tcp://127.0.0.1:8786 (as dask scheduler prints it)")
+    if p.communication not in ("auto", scheme):
+        raise _fail(config, "parallel.communication", f"the scheduler address {c.scheduler_address} sets the protocol; use auto")
+    for dotted, default in (("cluster.memory_limit", "auto"), ("cluster.host", "127.0.0.1"), ("cluster.dashboard", False), ("parallel.network_interface", None)):
+        if config.get(dotted) != default:
+            raise _fail(config, dotted, "set by whoever started the remote scheduler and workers (dask scheduler / dask worker options); remove it here")
 
 
 def _yaml(value: Any) -> str:

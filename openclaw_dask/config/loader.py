@@ -9,6 +9,7 @@ and where the value came from.
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 from collections.abc import Mapping
 from importlib import resources
@@ -30,6 +31,7 @@ DEFAULT_FILENAME = "openclaw_config.yaml"
 RESERVED_ENV = frozenset({"OPENCLAW_CONFIG"})
 
 _Layer = dict[str, tuple[Any, str]]  # dotted key -> (raw value, source)
+logger = logging.getLogger("openclaw_dask.config")
 
 
 def default_config_text() -> str:
@@ -63,11 +65,17 @@ def _read_file(path: Path) -> tuple[_Layer, dict[str, Any]]:
     """Parse one YAML file into a layer of typed-section keys and a flat dask mapping."""
     try:
         text = path.read_text("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
     except OSError as e:
         raise ConfigError(f"cannot read config file {path}: {e.strerror}; check the path or run `openclaw init`") from None
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        loader = yaml.SafeLoader(text)
+        try:
+            root = loader.get_single_node()
+            data = loader.construct_document(root) if root is not None else None
+        finally:
+            loader.dispose()
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -79,11 +87,17 @@ def _read_file(path: Path) -> tuple[_Layer, dict[str, Any]]:
         raise ConfigError(f"{path}:1: the file must be a mapping of sections ({', '.join(SECTIONS)}), got {type(data).__name__}")
 
     lines: dict[str, int] = {}
+
+    def note(dotted: str, node: yaml.Node) -> None:
+        if dotted in lines:  # YAML would keep the last one silently
+            raise ConfigError(f"{path}:{node.start_mark.line + 1}: {dotted} appears twice (first on line {lines[dotted]}); keep one")
+        lines[dotted] = node.start_mark.line + 1
+
     for knode, vnode in root.value:
-        lines[knode.value] = knode.start_mark.line + 1
+        note(str(knode.value), knode)
         if isinstance(vnode, yaml.MappingNode):
             for k2, _ in vnode.value:
-                lines[f"{knode.value}.{k2.value}"] = k2.start_mark.line + 1
+                note(f"{knode.value}.{k2.value}", k2)
 
     layer: _Layer = {}
     dask_cfg: dict[str, Any] = {}
@@ -122,11 +136,12 @@ def _env_layer(env: Mapping[str, str]) -> _Layer:
         if not var.startswith("OPENCLAW_") or var in RESERVED_ENV:
             continue
         key = env_names.get(var)
-        if key is None:
-            raise ConfigError(
-                f"environment variable {var}={text!r} is not an openclaw setting{_suggest(var, sorted(env_names))}; "
-                "unset it or fix its name"
+        if key is None:  # may belong to another tool: say so, but do not refuse to run
+            logger.warning(
+                "environment variable %s is not an openclaw setting%s; it has no effect",
+                var, _suggest(var, sorted(env_names)),
             )
+            continue
         layer[key.dotted] = (_parse_scalar(text), f"env {var}={text}")
     return layer
 
@@ -145,6 +160,8 @@ def _override_layer(overrides: Mapping[str, Any], label: str) -> tuple[_Layer, d
     for name, value in overrides.items():
         where = f"{label} {name}={value}"
         if name.startswith("dask."):
+            if not name[len("dask."):].strip("."):
+                raise ConfigError(f"{where}: a dask key needs a name after 'dask.', e.g. dask.array.chunk-size=32MiB")
             _flatten(name[len("dask."):], value, dask_cfg)
             continue
         key = key_by_name(name)

@@ -111,7 +111,7 @@ def _size(*, auto: bool = False, none: bool = False, minimum: int = 1) -> Callab
             raise Invalid(allowed)
         try:
             n = parse_bytes(v)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, OverflowError):
             raise Invalid(allowed) from None
         if n < minimum:
             raise Invalid(f"{allowed}, at least {minimum} byte(s)")
@@ -144,7 +144,7 @@ def _duration(v: Any, *, zero: bool = False) -> float:
         raise Invalid(allowed)
     try:
         t = float(parse_timedelta(v))
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, OverflowError):
         raise Invalid(allowed) from None
     if t < 0 or (t == 0 and not zero) or math.isinf(t):
         raise Invalid(allowed)
@@ -185,14 +185,14 @@ def _dashboard(v: Any) -> str | bool:
     raise Invalid("false, true (127.0.0.1 on a free port), a port such as 8787, or HOST:PORT")
 
 
-BACKENDS = ("thread", "process", "remote", "mpi", "cuda", "kubernetes")
+BACKEND_NAMES = ("thread", "process", "remote", "mpi", "cuda", "kubernetes")
 COMMUNICATIONS = ("auto", "tcp", "inproc", "tls", "ucx", "nccl", "gloo")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 KEYS: tuple[Key, ...] = (
     # parallel: the guide's own keys, with its spelling
     Key("parallel", "enabled", _bool),
-    Key("parallel", "backend", _choice(*BACKENDS)),
+    Key("parallel", "backend", _choice(*BACKEND_NAMES)),
     Key("parallel", "workers", _int(1, auto=True)),
     Key("parallel", "strategy", _choice("data", "model", "pipeline")),
     Key("parallel", "communication", _choice(*COMMUNICATIONS)),
