@@ -11,6 +11,8 @@ The ``auto`` rule
 3. Lower it to :data:`MAX_AUTO_CHUNK` and to a quarter of one thread's share of
    worker memory, so a worker holds a few chunks per thread at once.
 4. Lower it to ``total / slots`` so every slot has at least one chunk.
+5. Lower it slightly so the number of chunks is a multiple of the slots: 5 equal
+   chunks on 2 threads leave one thread idle for a fifth of the run, 6 do not.
 
 The constants are measured on the 2-core reference machine; ``docs/benchmarks.md``
 shows the sweep behind them (``python benchmarks/array_sum_chunks.py``).
@@ -76,7 +78,7 @@ class ChunkPlan:
         return self.dtype.itemsize * math.prod(max(c, default=0) for c in self.chunks)
 
 
-def _auto_target(total: int, slots: int, backend: str, worker_memory: int | None, threads_per_worker: int) -> tuple[int, str]:
+def _auto_target(total: int, itemsize: int, slots: int, backend: str, worker_memory: int | None, threads_per_worker: int) -> tuple[int, str]:
     guide = total / (slots * 10)
     target, steps = guide, [f"auto: {format_bytes(total)} / ({slots} slots x 10) = {format_bytes(int(guide))}"]
     floor = MIN_AUTO_CHUNK.get(backend, MIN_AUTO_CHUNK["process"])
@@ -93,6 +95,11 @@ def _auto_target(total: int, slots: int, backend: str, worker_memory: int | None
     if target > share:
         target = share
         steps.append(f"lowered to {format_bytes(share)} (one chunk per slot)")
+    n = math.ceil(total / max(1, target))
+    if n % slots:
+        n = math.ceil(n / slots) * slots
+        target = math.ceil(total / itemsize / n) * itemsize  # whole elements, so exactly n chunks
+        steps.append(f"lowered to {format_bytes(target)} ({n} chunks, a multiple of {slots} slots)")
     return int(target), ", ".join(steps)
 
 
@@ -139,7 +146,7 @@ def plan_chunks(
         target = int(task_chunk_size.value) * dtype.itemsize
         reason = f"task_chunk_size = {task_chunk_size.value} elements x {dtype.itemsize} B"
     else:
-        target, reason = _auto_target(total, max(1, slots), backend, worker_memory, threads_per_worker)
+        target, reason = _auto_target(total, dtype.itemsize, max(1, slots), backend, worker_memory, threads_per_worker)
 
     block = list(shape)
     budget = max(1, target // dtype.itemsize)  # elements per chunk

@@ -93,3 +93,10 @@ def test_chunks_cover_the_shape(shape, strategy):
     assert tuple(sum(c) for c in plan.chunks) == shape
     assert plan.chunk_bytes <= max(40, np.dtype("f4").itemsize)
     assert plan.n_chunks == math.prod(len(c) for c in plan.chunks)
+
+
+@pytest.mark.parametrize(("total", "slots"), [(2**30, 2), (3 * 2**30, 4), (10**9, 3)])
+def test_auto_chunk_count_is_a_multiple_of_slots(total, slots):
+    plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=slots, backend="thread")
+    assert plan.n_chunks % slots == 0
+    assert max(plan.chunks[0]) - min(plan.chunks[0]) <= 1

@@ -23,11 +23,13 @@ __all__ = ["GroupStats", "ProfileReport", "Verdict", "WorkerStats", "analyze"]
 
 IMBALANCE_MAX_OVER_MEAN = 1.5  # busiest lane vs the mean lane
 IMBALANCE_CV = 0.25
+IMBALANCE_IMPACT = 0.25  # (busiest - mean) lane time over wall time: what balancing could save
 MIN_BUSY_S = 0.05  # below this much total work, load figures are noise
 SKEW_RATIO = 3.0  # a chunk this many times its group's median size
 STRAGGLER_RATIO = 3.0  # a task this many times its group's median duration...
-STRAGGLER_MIN_EXTRA_S = 0.05  # ...and at least this much longer...
-STRAGGLER_WALL_FRACTION = 0.1  # ...and the delay is this share of the run (one GC pause is not a verdict)
+STRAGGLER_MIN_EXTRA_S = 0.2  # ...and at least this much longer...
+STRAGGLER_WALL_FRACTION = 0.1  # ...and the delay is this share of the run (one GC pause is not a verdict)...
+STRAGGLER_RARITY = 0.1  # ...and such tasks are rare: many slow tasks are a slow phase, not stragglers
 MIN_GROUP = 4  # groups smaller than this have no meaningful median
 OVERHEAD_FRACTION = 0.25  # estimated scheduling cost over (cost + compute)
 OVERHEAD_MIN_TASKS = 20
@@ -175,7 +177,7 @@ def analyze(record: RunRecord, *, chunk_hint: int | None = None) -> ProfileRepor
     stragglers = _stragglers(by_group, wall)
     report.verdicts += stragglers
     cause = "data-skew" if skewed else "stragglers" if stragglers else None
-    report.verdicts += _imbalance(imbalance, sum(values), lanes, cause)
+    report.verdicts += _imbalance(imbalance, sum(values), lanes, cause, wall)
     report.verdicts += _overhead(record, by_group, chunk_hint)
     report.verdicts += _memory(report.workers, record)
     report.verdicts += _transfer(tasks, report.workers)
@@ -223,7 +225,7 @@ def _stragglers(by_group: dict[str, list[TaskRecord]], wall: float) -> list[Verd
             ),
             key=lambda t: -t.duration,
         )
-        if not slow:
+        if not slow or len(slow) > max(1, STRAGGLER_RARITY * len(members)):
             continue
         out.append(
             Verdict(
@@ -238,10 +240,13 @@ def _stragglers(by_group: dict[str, list[TaskRecord]], wall: float) -> list[Verd
     return out
 
 
-def _imbalance(imbalance: dict[str, float], busy: float, lanes: dict[str, float], cause: str | None) -> list[Verdict]:
+def _imbalance(imbalance: dict[str, float], busy: float, lanes: dict[str, float], cause: str | None, wall: float) -> list[Verdict]:
     if imbalance["lanes"] < 2 or busy < MIN_BUSY_S:
         return []
     if imbalance["max_over_mean"] <= IMBALANCE_MAX_OVER_MEAN or imbalance["cv"] <= IMBALANCE_CV:
+        return []
+    mean = busy / len(lanes)
+    if (max(lanes.values()) - mean) < IMBALANCE_IMPACT * wall:  # balancing would not shorten the run much
         return []
     busiest = max(lanes, key=lanes.__getitem__)
     fix = (

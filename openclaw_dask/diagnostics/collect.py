@@ -131,7 +131,9 @@ def collect(session: Any) -> Iterator[RunRecord]:
     record.stop = time.time()
     for r in stream.data:
         compute = [s for s in r["startstops"] if s["action"] == "compute"]
-        if not compute:
+        # only what ran inside the window: a clock step or an earlier task must not inflate busy time
+        start, stop = max(compute[0]["start"], record.start) if compute else 0, min(compute[-1]["stop"], record.stop) if compute else 0
+        if not compute or stop <= start:
             continue
         transfer = sum(s["stop"] - s["start"] for s in r["startstops"] if s["action"] == "transfer")
         record.tasks.append(
@@ -140,8 +142,8 @@ def collect(session: Any) -> Iterator[RunRecord]:
                 group=_group(r["key"]),
                 worker=r["worker"],
                 thread=int(r.get("thread") or 0),
-                start=compute[0]["start"],
-                stop=compute[-1]["stop"],
+                start=start,
+                stop=stop,
                 nbytes=int(r.get("nbytes") or 0),
                 transfer_s=transfer,
             )
