@@ -59,6 +59,8 @@ def test_balanced_default_run_gets_no_verdict(backend):
     assert report.verdicts == [], [v.summary for v in report.verdicts]
     assert report.imbalance["lanes"] == 2
     assert {w.tasks > 0 for w in report.workers} == {True}
+    # each execution counted once: a recomputed key must not carry its earlier intervals
+    assert all(w.busy_s <= report.wall_s * w.nthreads * 1.001 for w in report.workers)
 
 
 def test_transfer_bound_script_is_found(tmp_path):
@@ -117,3 +119,15 @@ def test_cli_profile_default_config_reports_no_imbalance(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "no problems found" in r.stdout
     assert "load-imbalance" not in r.stdout
+
+
+@pytest.mark.slow
+def test_profile_html_renders_its_plots_in_headless_chromium(tmp_path):
+    from .browser import plotted_colors, screenshot
+
+    page = tmp_path / "p.html"
+    r = openclaw("profile", "--html", str(page), "--size", "64MiB", "--set", "parallel.task_chunk_size=8MiB", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    colors = plotted_colors(screenshot(page, tmp_path / "p.png"))
+    # the task-stream groups and the load and histogram bars give several saturated colours
+    assert len(colors) >= 4, colors

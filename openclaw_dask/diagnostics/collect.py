@@ -9,6 +9,7 @@ Serial runs (``parallel.enabled: false``) use a local scheduler callback instead
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -130,12 +131,17 @@ def collect(session: Any) -> Iterator[RunRecord]:
         yield record
     record.stop = time.time()
     for r in stream.data:
-        compute = [s for s in r["startstops"] if s["action"] == "compute"]
-        # only what ran inside the window: a clock step or an earlier task must not inflate busy time
-        start, stop = max(compute[0]["start"], record.start) if compute else 0, min(compute[-1]["stop"], record.stop) if compute else 0
-        if not compute or stop <= start:
+        # A key computed again before the worker forgot it keeps its earlier intervals too:
+        # this record's execution is the last compute, and the transfers since the one before.
+        computes = [s for s in r["startstops"] if s["action"] == "compute"]
+        if not computes:
             continue
-        transfer = sum(s["stop"] - s["start"] for s in r["startstops"] if s["action"] == "transfer")
+        last, before = computes[-1], (computes[-2]["stop"] if len(computes) > 1 else -math.inf)
+        # only what ran inside the window: a clock step or an earlier task must not inflate busy time
+        start, stop = max(last["start"], record.start), min(last["stop"], record.stop)
+        if stop <= start:
+            continue
+        transfer = sum(s["stop"] - s["start"] for s in r["startstops"] if s["action"] == "transfer" and s["start"] >= before)
         record.tasks.append(
             TaskRecord(
                 key=_key_text(r["key"]),

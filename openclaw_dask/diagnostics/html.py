@@ -39,11 +39,18 @@ def profile_layout(report: Any, record: Any) -> Any:
     from bokeh.plotting import figure
 
     t0 = record.start
-    lanes = sorted({f"{t.worker}#{t.thread}" for t in record.tasks})
+    threads: dict[str, dict[int, int]] = {}
+    for t in sorted(record.tasks, key=lambda t: (t.worker, t.thread)):
+        threads.setdefault(t.worker, {}).setdefault(t.thread, len(threads.get(t.worker, {})))
+
+    def lane(t: Any) -> str:
+        return f"{t.worker.split('://', 1)[-1]} thread {threads[t.worker][t.thread]}"
+
+    lanes = sorted({lane(t) for t in record.tasks})
     colors = _palette(sorted({t.group for t in record.tasks}))
     stream = ColumnDataSource(
         {
-            "lane": [f"{t.worker}#{t.thread}" for t in record.tasks],
+            "lane": [lane(t) for t in record.tasks],
             "left": [t.start - t0 for t in record.tasks],
             "right": [t.stop - t0 for t in record.tasks],
             "group": [t.group for t in record.tasks],
@@ -57,7 +64,7 @@ def profile_layout(report: Any, record: Any) -> Any:
                 width=1000, x_axis_label="seconds since start", tools="xpan,xwheel_zoom,reset,save")
     ts.hbar(y="lane", left="left", right="right", height=0.8, color="color", legend_field="group", source=stream)
     ts.add_tools(HoverTool(tooltips=[("key", "@key"), ("group", "@group"), ("ms", "@ms{0.000}"), ("bytes", "@nbytes")]))
-    ts.legend.location = "top_left"
+    ts.add_layout(ts.legend[0], "right")  # beside the bars, not over them
 
     names = [w.address for w in report.workers]
     load = figure(title="Load per worker (thread-seconds)", x_range=names or ["-"], height=320, width=490, tools="save")
