@@ -235,6 +235,67 @@ def profile(target: str, script_args: tuple[str, ...], config_path: str | None, 
         _fail(f"{'script' if is_script else target} failed (exit code {result.exit_code})", result.exit_code)
 
 
+@main.command(context_settings={"ignore_unknown_options": False})
+@click.argument("more", nargs=-1, metavar="[CONFIG.yaml | KEY=V1,V2] ...")
+@click.option("--suite", default="quick", show_default=True, help="quick (under 2 minutes on 2 cores) or standard.")
+@click.option("--configs", multiple=True, metavar="FILE", help="Config files to compare (more may follow as arguments).")
+@click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2", help="Sweep a key over values (repeatable; cartesian product).")
+@click.option("--repeat", default=5, show_default=True, type=click.IntRange(1, 1000), help="Timed runs per row (after one warm-up).")
+@click.option("--out", "out_dir", default="benchmark-report", show_default=True, type=click.Path(file_okay=False), help="Folder for report.json/.md/.html.")
+@click.option("--compare", "baseline", type=click.Path(dir_okay=False), default=None, help="A previous report.json to compare against.")
+@click.option("--fail-on-regression", "fail_pct", type=float, default=None, metavar="PCT", help="Exit 1 if a row is slower than the baseline by more than PCT%.")
+@config_option
+@set_option
+@_friendly
+def benchmark(more: tuple[str, ...], suite: str, configs: tuple[str, ...], sweeps: tuple[str, ...], repeat: int, out_dir: str,
+              baseline: str | None, fail_pct: float | None, config_path: str | None, sets: tuple[str, ...]) -> None:
+    """Compare configurations on a standard suite: throughput, latency, speedups, with NumPy as referee."""
+    from openclaw_dask.config import parse_assignment
+    from openclaw_dask.diagnostics import benchmark as bench
+
+    files = list(configs) + [m for m in more if "=" not in m]
+    sweeps = tuple(sweeps) + tuple(m for m in more if "=" in m)
+    if fail_pct is not None and baseline is None:
+        raise click.UsageError("--fail-on-regression needs --compare BASELINE.json")
+    for f in files:
+        if not Path(f).is_file():
+            raise ConfigError(f"--configs {f}: no such file")
+    base = dict(parse_assignment(s) for s in sets)
+    confs = bench.configurations(files, sweeps, base, config_path=config_path)
+    old = bench.load_report(baseline) if baseline else None
+    show = sys.stderr.isatty()
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    with console.status("benchmark", spinner="dots") if show else _nullcontext() as status:
+        def say(message: str) -> None:
+            if status is not None:
+                status.update(f"benchmark: {message}")
+            else:
+                click.echo(f"benchmark: {message}", err=True)
+
+        report = bench.run_benchmark(confs, suite=suite, repeat=repeat, progress=say)
+    if old is not None:
+        bench.compare(report, old)
+    paths = bench.write_reports(report, out_dir)
+    click.echo(Path(paths["md"]).read_text("utf-8"))
+    click.echo(f"wrote {', '.join(str(p) for p in paths.values())}")
+    bad = [r for r in report["rows"] if not r["ok"]]
+    if bad:
+        raise ResultMismatch(f"{len(bad)} row(s) disagree with NumPy: " + ", ".join(f"{r['config']}/{r['workload']}" for r in bad))
+    if fail_pct is not None:
+        slower = bench.regressions(report, fail_pct)
+        if slower:
+            raise RunError(f"{len(slower)} row(s) regressed by more than {fail_pct:g}%: " + ", ".join(
+                f"{r['config']}/{r['workload']} {r['compare']['ratio']:.2f}x" for r in slower))
+
+
+def _nullcontext() -> Any:
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
 def _run_workload(cfg: Any, name: str, as_json: bool, show: bool) -> None:
     from openclaw_dask.session import Session
     from openclaw_dask.workloads import WORKLOADS

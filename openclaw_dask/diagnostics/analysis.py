@@ -25,7 +25,9 @@ IMBALANCE_MAX_OVER_MEAN = 1.5  # busiest lane vs the mean lane
 IMBALANCE_CV = 0.25
 IMBALANCE_IMPACT = 0.25  # (busiest - mean) lane time over wall time: what balancing could save
 MIN_BUSY_S = 0.05  # below this much total work, load figures are noise
-SKEW_RATIO = 3.0  # a chunk this many times its group's median size
+SKEW_RATIO = 3.0  # a chunk this many times its group's median size...
+SKEW_RARITY = 0.1  # ...in a group where such chunks are rare (halo slivers next to blocks are not skew)...
+SKEW_MIN_MEDIAN = 64 * 2**10  # ...of real chunks, not scalars or slivers
 STRAGGLER_RATIO = 3.0  # a task this many times its group's median duration...
 STRAGGLER_MIN_EXTRA_S = 0.2  # ...and at least this much longer...
 STRAGGLER_WALL_FRACTION = 0.1  # ...and the delay is this share of the run (one GC pause is not a verdict)...
@@ -190,10 +192,10 @@ def _skew(by_group: dict[str, list[TaskRecord]]) -> list[Verdict]:
         if len(members) < MIN_GROUP:
             continue
         median = statistics.median(t.nbytes for t in members)
-        if median <= 0:
+        if median < SKEW_MIN_MEDIAN:
             continue
         big = sorted((t for t in members if t.nbytes > SKEW_RATIO * median), key=lambda t: -t.nbytes)
-        if not big:
+        if not big or len(big) > max(1, SKEW_RARITY * len(members)):
             continue
         ratio = big[0].nbytes / median
         out.append(
@@ -276,10 +278,14 @@ def _overhead(record: RunRecord, by_group: dict[str, list[TaskRecord]], chunk_hi
     # Scale the chunk size of the group that moves the most bytes until its tasks are long enough.
     heavy = max(by_group.values(), key=lambda m: sum(t.nbytes for t in m))
     median_d = max(statistics.median(t.duration for t in heavy), 1e-6)
-    chunk = chunk_hint or int(statistics.median(t.nbytes for t in heavy)) or 2**20
+    typical = int(statistics.median(t.nbytes for t in heavy))
+    chunk = chunk_hint or typical or 2**20
     factor = max(2.0, OVERHEAD_TARGET * per_task / median_d)
-    suggested = min(512 * 2**20, int(chunk * factor))
-    suggested_mib = max(1, round(suggested / 2**20))
+    suggested_mib = max(1, round(min(512 * 2**20, chunk * factor) / 2**20))
+    if chunk_hint is None and typical < 4096:  # tasks over small Python objects: chunk size is not the lever
+        fix = f"batch tiny items into fewer, bigger tasks (about {math.ceil(factor)} items per task), e.g. map over lists of items"
+    else:
+        fix = f"--set parallel.task_chunk_size={suggested_mib}MiB (or task_chunk_size: auto); batch tiny items into fewer, bigger tasks"
     return [
         Verdict(
             "overhead-bound",
@@ -287,8 +293,7 @@ def _overhead(record: RunRecord, by_group: dict[str, list[TaskRecord]], chunk_hi
             f"scheduling (~{per_task * 1e3:.1f} ms a task) is about {fraction:.0%} of the work",
             {"tasks": len(tasks), "median_task_s": statistics.median(t.duration for t in tasks),
              "overhead_per_task_s": per_task, "overhead_fraction": round(fraction, 3), "chunk_bytes": chunk},
-            f"--set parallel.task_chunk_size={suggested_mib}MiB (or task_chunk_size: auto); "
-            "batch tiny items into fewer, bigger tasks",
+            fix,
         )
     ]
 

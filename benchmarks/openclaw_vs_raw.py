@@ -1,0 +1,70 @@
+"""The same array-sum graph in raw Dask and through openclaw_dask, interleaved; prints the ratio.
+
+Both sides use the same cluster shape and the same chunks (openclaw's auto choice), with
+the input already in worker memory; only the timed ``sum`` differs in who built it.
+
+    python benchmarks/openclaw_vs_raw.py --size 1GiB --repeat 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import dask.array as da
+from dask.utils import parse_bytes
+from distributed import Client, LocalCluster, wait
+
+import openclaw_dask
+from openclaw_dask.diagnostics.collect import collect
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="1GiB")
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    n = parse_bytes(args.size) // 8
+    for backend in ("thread", "process"):
+        with openclaw_dask.session(backend=backend, workers=args.workers) as s:
+            chunks = s.chunks((n,), "f8")
+            x = s.persist(s.array((n,), fill="arange"))
+            wait(x)
+            processes = backend == "process"
+            with LocalCluster(n_workers=args.workers if processes else 1, threads_per_worker=1 if processes else args.workers,
+                              processes=processes, dashboard_address=None, host="127.0.0.1" if processes else None) as lc, \
+                    Client(lc, set_as_default=False) as raw:
+                y = raw.persist(da.arange(n, dtype="f8", chunks=chunks))
+                wait(y)
+                expected = n * (n - 1) / 2
+                assert raw.compute(y.sum()).result() == s.compute(x.sum()) == expected
+                def profiled() -> float:
+                    with collect(s):
+                        return timed(lambda: s.compute(x.sum()))
+
+                runs = {
+                    "raw": lambda: timed(lambda: raw.compute(y.sum()).result()),
+                    "openclaw": lambda: timed(lambda: s.compute(x.sum())),
+                    "profiled": profiled,
+                }
+                times: dict[str, list[float]] = {k: [] for k in runs}
+                for i in range(args.repeat):  # interleaved, order rotated: drift and order effects hit all alike
+                    names = list(runs)[i % 3:] + list(runs)[: i % 3]
+                    for name in names:
+                        times[name].append(runs[name]())
+                raw_t, oc_t, prof_t = times["raw"], times["openclaw"], times["profiled"]
+        r, o, p = (statistics.median(t) for t in (raw_t, oc_t, prof_t))
+        print(f"{backend}: {len(chunks[0])} chunks; raw Dask {r * 1e3:.1f} ms, openclaw {o * 1e3:.1f} ms, "
+              f"openclaw/raw = {o / r:.3f}; with the profiler collecting {p * 1e3:.1f} ms, overhead {p / o - 1:+.1%}")
+
+
+if __name__ == "__main__":
+    main()

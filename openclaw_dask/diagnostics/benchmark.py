@@ -1,0 +1,335 @@
+"""``openclaw benchmark``: compare configurations on a standard suite, with NumPy as referee.
+
+For every configuration and kernel: build the inputs on the workers (not timed), one
+warm-up, then ``repeat`` timed runs; the result is checked against NumPy. Rows report
+the median with min-max, GB/s, tasks/s, per-task latency percentiles (task stream),
+speedup over the serial scheduler and over NumPy on one thread, efficiency against
+the memory bandwidth measured at the start of the same run, and the profiler's
+verdicts for the timed runs. The report's schema is in ``docs/benchmark-report.md``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from openclaw_dask.config import Config, load_config
+from openclaw_dask.errors import ConfigError
+
+__all__ = ["SCHEMA", "Configuration", "compare", "configurations", "measure_bandwidth", "run_benchmark", "write_reports"]
+
+SCHEMA = "openclaw-benchmark/1"
+MIN_NOISE = 0.05  # rows within 5% (or their own spread, if larger) count as the same
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """A labelled configuration to benchmark."""
+
+    label: str
+    config: Config
+
+
+def configurations(
+    files: Iterable[str], sweeps: Iterable[str], base_overrides: dict[str, Any], *, config_path: str | None = None
+) -> list[Configuration]:
+    """Expand config files and ``KEY=v1,v2`` sweeps (cartesian product) into configurations.
+
+    Without files the base configuration (``config_path`` or the usual discovery) is swept.
+    """
+    from openclaw_dask.config import parse_assignment
+
+    axes: list[tuple[str, list[Any]]] = []
+    for sweep in sweeps:
+        key, raw = sweep.split("=", 1) if "=" in sweep else (sweep, "")
+        values = [parse_assignment(f"{key}={v}")[1] for v in raw.split(",") if v.strip()]
+        if not values:
+            raise ConfigError(f"--sweep {sweep!r}: expected KEY=V1,V2,..., e.g. --sweep parallel.task_chunk_size=1MiB,64MiB")
+        axes.append((key.strip(), values))
+    sources: list[str | None] = list(files) or [config_path]
+    out = []
+    for source in sources:
+        for combo in itertools.product(*(v for _, v in axes)) if axes else [()]:
+            overrides = {**base_overrides, **{k: v for (k, _), v in zip(axes, combo)}}
+            parts = [Path(source).stem] if files and source else []
+            parts += [f"{k.rsplit('.', 1)[-1]}={v}" for (k, _), v in zip(axes, combo)]
+            out.append(Configuration(", ".join(parts) or "default", load_config(source, overrides, override_label="--sweep/--set")))
+    return out
+
+
+def measure_bandwidth(nbytes: int = 256 * 2**20, repeat: int = 5) -> dict[str, float]:
+    """Memory bandwidth of a NumPy sum, one thread and all cores (GB/s), measured now."""
+    from dask.system import CPU_COUNT
+
+    x = np.arange(nbytes // 8, dtype="f8")
+    out = {}
+    for threads in sorted({1, CPU_COUNT}):
+        parts = np.array_split(x, threads)
+        times = []
+        with ThreadPoolExecutor(threads) as pool:
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                sum(pool.map(np.sum, parts))
+                times.append(time.perf_counter() - t0)
+        out["1_thread" if threads == 1 else "all_cores"] = x.nbytes / statistics.median(times) / 1e9
+    out.setdefault("all_cores", out["1_thread"])
+    return out
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"p50": 0.0, "p95": 0.0, "p99": 0.0}
+    return {f"p{q}": float(np.percentile(values, q)) for q in (50, 95, 99)}
+
+
+def _matches(result: Any, reference: Any, rtol: float) -> bool:
+    return bool(np.allclose(np.asarray(result), np.asarray(reference), rtol=rtol, atol=0))
+
+
+def _run_kernel(session: Any, name: str, size: int, repeat: int) -> dict[str, Any]:
+    from threadpoolctl import threadpool_limits
+
+    from openclaw_dask.diagnostics.analysis import analyze
+    from openclaw_dask.diagnostics.collect import collect
+    from openclaw_dask.workloads.suite import KERNELS
+
+    prepared = KERNELS[name](session, size)
+    graph = prepared.build(*prepared.inputs)
+    n_tasks = len(graph.__dask_graph__())
+    result = session.compute(graph)  # warm-up, and the answer to check
+    with collect(session) as record:
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            session.compute(prepared.build(*prepared.inputs))
+            times.append(time.perf_counter() - t0)
+    arrays = [np.asarray(session.compute(x)) for x in prepared.inputs]
+    numpy_times = []
+    with threadpool_limits(limits=1):  # NumPy on one thread: the baseline the guide's speedups mean
+        for _ in range(max(1, min(repeat, 3))):
+            t0 = time.perf_counter()
+            reference = prepared.numpy(*arrays)
+            numpy_times.append(time.perf_counter() - t0)
+    median = statistics.median(times)
+    report = analyze(record)
+    return {
+        "workload": name,
+        "ok": _matches(result, reference, prepared.rtol),
+        "median_s": median,
+        "min_s": min(times),
+        "max_s": max(times),
+        "times_s": times,
+        "nbytes": prepared.nbytes,
+        "gbps": prepared.nbytes / median / 1e9,
+        "gflops": prepared.flops / median / 1e9,
+        "tasks": n_tasks,
+        "tasks_per_s": n_tasks / median,
+        "task_latency_s": _percentiles([t.duration for t in record.tasks]),
+        "numpy_1thread_s": statistics.median(numpy_times),
+        "speedup_vs_numpy_1thread": statistics.median(numpy_times) / median,
+        "flags": sorted(report.kinds()),
+        "verdicts": [f"{v.kind}: {v.summary}; fix: {v.fix}" for v in report.verdicts],
+    }
+
+
+def run_benchmark(
+    configs: list[Configuration],
+    *,
+    suite: str = "quick",
+    repeat: int = 5,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run ``suite`` for each configuration and for the serial baseline; return the report dict."""
+    import dask
+    import distributed
+
+    import openclaw_dask
+    from openclaw_dask.session import Session
+    from openclaw_dask.workloads.suite import SUITES
+
+    if suite not in SUITES:
+        raise ConfigError(f"--suite {suite}: unknown suite; use one of {', '.join(SUITES)}")
+    size, kernels = SUITES[suite]
+    say = progress or (lambda message: None)
+    say("measuring memory bandwidth")
+    bandwidth = measure_bandwidth()
+    serial = Configuration("serial", load_config(configs[0].config.path, {"parallel.enabled": False}))
+    rows = []
+    for conf in [serial, *configs]:
+        with Session(conf.config).start() as s:
+            for name in kernels:
+                say(f"{conf.label}: {name}")
+                row = _run_kernel(s, name, size, repeat)
+                row["config"] = conf.label
+                row["settings"] = {k: _plain(v) for k, v in conf.config.items() if conf.config.sources.get(k) != "default"}
+                row["settings"]["parallel.enabled"] = conf.config.parallel.enabled
+                row["workers"] = len(s.workers()) or 1
+                row["threads"] = s.slots
+                row["efficiency_vs_bandwidth"] = row["gbps"] / bandwidth["all_cores"] if row["nbytes"] else None
+                rows.append(row)
+    by_kernel = {r["workload"]: r["median_s"] for r in rows if r["config"] == "serial"}
+    for r in rows:
+        r["speedup_vs_serial"] = by_kernel[r["workload"]] / r["median_s"]
+    return {
+        "schema": SCHEMA,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["openclaw", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("openclaw") else None,
+        "suite": suite,
+        "input_bytes": size,
+        "repeat": repeat,
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "memory_bytes": _total_memory(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "bandwidth_gbps_1_thread": bandwidth["1_thread"],
+            "bandwidth_gbps_all_cores": bandwidth["all_cores"],
+        },
+        "versions": {
+            "openclaw_dask": openclaw_dask.__version__,
+            "dask": dask.__version__,
+            "distributed": distributed.__version__,
+            "numpy": np.__version__,
+        },
+        "rows": rows,
+    }
+
+
+def _total_memory() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().total)
+
+
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
+
+
+def compare(report: dict[str, Any], baseline: dict[str, Any]) -> list[dict[str, Any]]:
+    """Mark each row faster/slower/same than the baseline row of the same config and workload.
+
+    The noise band is the larger of 5% and each row's own relative spread (max-min over median).
+    Rows are annotated in place under ``"compare"``; the annotations are returned.
+    """
+    if baseline.get("schema") != SCHEMA:
+        raise ConfigError(f"--compare: not an openclaw benchmark report (schema {baseline.get('schema')!r}, expected {SCHEMA})")
+    old = {(r["config"], r["workload"]): r for r in baseline["rows"]}
+    out = []
+    for r in report["rows"]:
+        b = old.get((r["config"], r["workload"]))
+        if b is None:
+            r["compare"] = {"status": "new"}
+        else:
+            spread = lambda row: (row["max_s"] - row["min_s"]) / row["median_s"]  # noqa: E731
+            noise = max(MIN_NOISE, spread(r), spread(b))
+            ratio = r["median_s"] / b["median_s"]
+            status = "slower" if ratio > 1 + noise else "faster" if ratio < 1 / (1 + noise) else "same"
+            r["compare"] = {"status": status, "ratio": ratio, "noise_band": noise, "baseline_median_s": b["median_s"]}
+        out.append(r["compare"])
+    return out
+
+
+def regressions(report: dict[str, Any], pct: float) -> list[dict[str, Any]]:
+    """Rows slower than their baseline beyond the noise band and by more than ``pct`` percent."""
+    return [
+        r for r in report["rows"]
+        if r.get("compare", {}).get("status") == "slower" and (r["compare"]["ratio"] - 1) * 100 > pct
+    ]
+
+
+def _markdown(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    lines = [
+        f"# openclaw benchmark ({report['suite']} suite)",
+        "",
+        f"{report['created']}; {m['cpu_count']} cores, {m['memory_bytes'] / 2**30:.1f} GiB; memory bandwidth "
+        f"{m['bandwidth_gbps_1_thread']:.1f} GB/s (1 thread), {m['bandwidth_gbps_all_cores']:.1f} GB/s (all cores), "
+        f"measured in this run. Medians of {report['repeat']} timed runs, min-max in brackets.",
+        "",
+        "| config | workload | ok | median ms [min-max] | GB/s | tasks/s | task p50/p95/p99 ms | vs serial | vs NumPy 1 thread | of bandwidth | flags | compare |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["rows"]:
+        lat = r["task_latency_s"]
+        cmp = r.get("compare", {})
+        cmp_text = f"{cmp['status']} ({cmp['ratio']:.2f}x, band {cmp['noise_band']:.0%})" if "ratio" in cmp else cmp.get("status", "")
+        eff = f"{r['efficiency_vs_bandwidth']:.0%}" if r["efficiency_vs_bandwidth"] is not None else "-"
+        lines.append(
+            f"| {r['config']} | {r['workload']} | {'yes' if r['ok'] else '**NO**'} | {r['median_s'] * 1e3:.1f} "
+            f"[{r['min_s'] * 1e3:.1f}-{r['max_s'] * 1e3:.1f}] | {r['gbps']:.2f} | {r['tasks_per_s']:.0f} | "
+            f"{lat['p50'] * 1e3:.2f}/{lat['p95'] * 1e3:.2f}/{lat['p99'] * 1e3:.2f} | {r['speedup_vs_serial']:.2f} | "
+            f"{r['speedup_vs_numpy_1thread']:.2f} | {eff} | {', '.join(r['flags']) or '-'} | {cmp_text} |"
+        )
+    verdicts = [(r["config"], r["workload"], v) for r in report["rows"] for v in r["verdicts"]]
+    if verdicts:
+        lines += ["", "## Verdicts", ""] + [f"- **{c} / {w}**: {v}" for c, w, v in verdicts]
+    return "\n".join(lines) + "\n"
+
+
+def _html_layout(report: dict[str, Any]) -> Any:
+    from bokeh.layouts import column
+    from bokeh.models import ColumnDataSource, Div, FactorRange, HoverTool, Whisker
+    from bokeh.plotting import figure
+
+    from openclaw_dask.diagnostics.html import _palette
+
+    rows = report["rows"]
+    factors = [(r["workload"], r["config"]) for r in rows]
+    colors = _palette(sorted({r["config"] for r in rows}))
+    source = ColumnDataSource({
+        "x": factors,
+        "ms": [r["median_s"] * 1e3 for r in rows],
+        "lo": [r["min_s"] * 1e3 for r in rows],
+        "hi": [r["max_s"] * 1e3 for r in rows],
+        "gbps": [r["gbps"] for r in rows],
+        "speedup": [r["speedup_vs_serial"] for r in rows],
+        "flags": [", ".join(r["flags"]) for r in rows],
+        "color": [colors[r["config"]] for r in rows],
+    })
+    figs = [Div(text=f"<h2>openclaw benchmark: {report['suite']} suite</h2><p>{report['created']}, "
+                     f"{report['machine']['cpu_count']} cores, bandwidth {report['machine']['bandwidth_gbps_all_cores']:.1f} GB/s</p>")]
+    for field, title, log in (("ms", "Median time per run (ms, min-max whiskers)", True), ("gbps", "Throughput (GB/s)", False),
+                              ("speedup", "Speedup over the serial scheduler", False)):
+        f = figure(x_range=FactorRange(*factors), height=340, width=1100, title=title, y_axis_type="log" if log else "linear",
+                   tools="save", toolbar_location="right")
+        f.vbar(x="x", top=field, bottom=0.001 if log else 0, width=0.8, color="color", source=source)
+        if field == "ms":
+            f.add_layout(Whisker(source=source, base="x", upper="hi", lower="lo"))
+        f.add_tools(HoverTool(tooltips=[("run", "@x"), (field, f"@{field}{{0.00}}"), ("flags", "@flags")]))
+        f.xaxis.major_label_orientation = 1.0
+        figs.append(f)
+    return column(*figs)
+
+
+def write_reports(report: dict[str, Any], out: str | Path) -> dict[str, Path]:
+    """Write ``report.json``, ``report.md`` and ``report.html`` into ``out``."""
+    from openclaw_dask.diagnostics.html import write_html
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "report.json", "md": out / "report.md", "html": out / "report.html"}
+    paths["json"].write_text(json.dumps(report, indent=2, default=str) + "\n", "utf-8")
+    paths["md"].write_text(_markdown(report), "utf-8")
+    write_html(_html_layout(report), paths["html"], "openclaw benchmark")
+    return paths
+
+
+def load_report(path: str | Path) -> dict[str, Any]:
+    """Read a ``report.json``; a clear error if it is not one."""
+    try:
+        return json.loads(Path(path).read_text("utf-8"))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--compare {path}: cannot read a benchmark report ({e})") from None

@@ -1,0 +1,115 @@
+"""The benchmark suite's kernels, each checked against NumPy.
+
+A kernel builds its inputs in the session (made and kept on the workers, not timed)
+and returns a :class:`Prepared`: the graph to time, the same computation in NumPy on
+copies of the inputs (the reference, also timed on one thread), and what it moves.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["KERNELS", "SUITES", "Prepared"]
+
+
+@dataclass
+class Prepared:
+    """One kernel ready to run: ``build(*inputs)`` for Dask, ``numpy(*arrays)`` for the reference."""
+
+    build: Callable[..., Any]
+    numpy: Callable[..., Any]
+    inputs: tuple[Any, ...]
+    nbytes: int  # bytes the kernel reads (and writes), for GB/s
+    flops: float = 0.0
+    rtol: float = 1e-9
+
+
+def _vector(s: Any, size: int, fill: str = "arange") -> Any:
+    return s.persist(s.array((max(1, size // 8),), "float64", fill=fill))
+
+
+def _matrix(s: Any, size: int, fill: str = "random", seed: int = 0) -> Any:
+    side = max(2, int(math.sqrt(size / 8)))
+    return s.persist(s.array((side, side), "float64", fill=fill, seed=seed))
+
+
+def array_sum(s: Any, size: int) -> Prepared:
+    x = _vector(s, size)
+    return Prepared(lambda x: x.sum(), np.sum, (x,), x.nbytes)
+
+
+def elementwise(s: Any, size: int) -> Prepared:
+    x = _vector(s, size, "random")
+    return Prepared(lambda x: (np.sin(x) * 2.0 + x).sum(), lambda a: (np.sin(a) * 2.0 + a).sum(), (x,), x.nbytes, 3.0 * x.size)
+
+
+def matmul(s: Any, size: int) -> Prepared:
+    # compute grows as size**1.5: an eighth of the suite size per matrix keeps it in step with the rest
+    a, b = _matrix(s, size // 8, seed=1), _matrix(s, size // 8, seed=2)
+    n = a.shape[0]
+    return Prepared(lambda a, b: a @ b, np.matmul, (a, b), 3 * a.nbytes, 2.0 * n**3)
+
+
+def tree_reduction(s: Any, size: int) -> Prepared:
+    x = _vector(s, size, "random")
+    return Prepared(lambda x: (x * x).sum(split_every=4), lambda a: (a * a).sum(), (x,), x.nbytes, 2.0 * x.size)
+
+
+def stencil(s: Any, size: int) -> Prepared:
+    x = _matrix(s, size)
+
+    def smooth(block: np.ndarray) -> np.ndarray:
+        return (block[:-2, 1:-1] + block[2:, 1:-1] + block[1:-1, :-2] + block[1:-1, 2:] + 4 * block[1:-1, 1:-1]) / 8
+
+    def dask_stencil(x: Any) -> Any:
+        padded = lambda b: np.pad(smooth(b), 1)  # noqa: E731 - map_overlap keeps block shapes
+        return x.map_overlap(padded, depth=1, boundary="nearest", dtype=x.dtype)
+
+    def numpy_stencil(a: np.ndarray) -> np.ndarray:
+        return smooth(np.pad(a, 1, mode="edge"))
+
+    return Prepared(dask_stencil, numpy_stencil, (x,), 2 * x.nbytes, 6.0 * x.size)
+
+
+def rechunk_transpose(s: Any, size: int) -> Prepared:
+    x = _matrix(s, size)
+    # an all-to-all: row blocks become column blocks of the transpose
+    return Prepared(lambda x: x.T.rechunk({0: x.chunks[0][0], 1: -1}).sum(axis=1), lambda a: a.T.sum(axis=1), (x,), 2 * x.nbytes)
+
+
+def tiny_tasks(s: Any, size: int) -> Prepared:
+    """Latency probe: 1,000 one-microsecond tasks and a sum; size is ignored."""
+    import dask
+
+    n = 1000
+
+    def build() -> Any:
+        return dask.delayed(sum)([dask.delayed(_inc)(i) for i in range(n)])
+
+    return Prepared(build, lambda: sum(_inc(i) for i in range(n)), (), 0)
+
+
+def _inc(i: int) -> int:
+    return i + 1
+
+
+KERNELS: dict[str, Callable[[Any, int], Prepared]] = {
+    "array-sum": array_sum,
+    "elementwise": elementwise,
+    "matmul": matmul,
+    "tree-reduction": tree_reduction,
+    "stencil": stencil,
+    "rechunk-transpose": rechunk_transpose,
+    "tiny-tasks": tiny_tasks,
+}
+
+# suite -> (bytes per input, kernels); quick fits in under 2 minutes on 2 cores
+SUITES: dict[str, tuple[int, tuple[str, ...]]] = {
+    "quick": (64 * 2**20, tuple(KERNELS)),
+    "standard": (512 * 2**20, tuple(KERNELS)),
+}

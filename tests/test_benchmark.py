@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from openclaw_dask.diagnostics.benchmark import SCHEMA, compare, configurations, regressions
+from openclaw_dask.errors import ConfigError
+
+from .conftest import openclaw
+
+
+def test_sweeps_expand_to_the_cartesian_product(tmp_path):
+    confs = configurations([], ["parallel.task_chunk_size=1MiB,64MiB", "parallel.workers=1,2"], {})
+    assert [c.label for c in confs] == [
+        "task_chunk_size=1MiB, workers=1", "task_chunk_size=1MiB, workers=2",
+        "task_chunk_size=64MiB, workers=1", "task_chunk_size=64MiB, workers=2",
+    ]
+    assert confs[3].config.parallel.workers == 2
+    a = tmp_path / "a.yaml"
+    a.write_text("parallel: {backend: process}\n")
+    (only,) = configurations([str(a)], [], {"parallel.workers": 2})
+    assert only.label == "a" and only.config.parallel.backend == "process" and only.config.parallel.workers == 2
+    with pytest.raises(ConfigError, match="expected KEY=V1,V2"):
+        configurations([], ["parallel.workers"], {})
+    with pytest.raises(ConfigError, match="parallel.workers must be"):
+        configurations([], ["parallel.workers=0,2"], {})
+
+
+def _report(*rows):
+    return {"schema": SCHEMA, "rows": [dict(zip(("config", "workload", "median_s", "min_s", "max_s"), r)) for r in rows]}
+
+
+def test_compare_uses_the_noise_band():
+    base = _report(("a", "sum", 1.0, 0.98, 1.02), ("a", "map", 1.0, 0.9, 1.1), ("a", "mm", 1.0, 1.0, 1.0))
+    new = _report(("a", "sum", 1.5, 1.49, 1.51), ("a", "map", 1.08, 1.0, 1.1), ("a", "mm", 0.5, 0.5, 0.5), ("b", "sum", 1, 1, 1))
+    statuses = [c["status"] for c in compare(new, base)]
+    assert statuses == ["slower", "same", "faster", "new"]
+    assert [r["workload"] for r in regressions(new, 20)] == ["sum"]
+    assert regressions(new, 60) == []
+    same = copy.deepcopy(base)
+    assert {c["status"] for c in compare(same, base)} == {"same"}
+    with pytest.raises(ConfigError, match="not an openclaw benchmark report"):
+        compare(new, {"rows": []})
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "out"
+    r = openclaw("benchmark", "--suite", "quick", "--sweep", "parallel.task_chunk_size=1MiB,64MiB", "--repeat", "2",
+                 "--out", str(out), timeout=300)
+    return r, out
+
+
+@pytest.mark.slow
+def test_quick_suite_writes_three_reports_and_flags_tiny_chunks(quick_run):
+    r, out = quick_run
+    assert r.returncode == 0, r.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["schema"] == SCHEMA
+    assert {"cpu_count", "bandwidth_gbps_all_cores"} <= set(report["machine"])
+    assert {"dask", "distributed", "numpy", "openclaw_dask"} <= set(report["versions"])
+    rows = {(row["config"], row["workload"]): row for row in report["rows"]}
+    workloads = {"array-sum", "elementwise", "matmul", "tree-reduction", "stencil", "rechunk-transpose", "tiny-tasks"}
+    assert {w for _, w in rows} == workloads
+    assert {c for c, _ in rows} == {"serial", "task_chunk_size=1MiB", "task_chunk_size=64MiB"}
+    assert all(row["ok"] for row in rows.values())
+    assert "overhead-bound" in rows["task_chunk_size=1MiB", "array-sum"]["flags"]
+    assert "overhead-bound" not in rows["task_chunk_size=64MiB", "array-sum"]["flags"]
+    assert rows["task_chunk_size=1MiB", "array-sum"]["settings"]["parallel.task_chunk_size"] == str(2**20)
+    for row in rows.values():
+        assert row["min_s"] <= row["median_s"] <= row["max_s"]
+        assert set(row["task_latency_s"]) == {"p50", "p95", "p99"}
+        assert row["speedup_vs_serial"] > 0 and row["speedup_vs_numpy_1thread"] > 0
+    md = (out / "report.md").read_text()
+    assert "| task_chunk_size=1MiB | array-sum | yes |" in md and "overhead-bound" in md
+    html = (out / "report.html").read_text()
+    assert "cdn.bokeh.org" not in html and "Speedup over the serial scheduler" in html
+
+
+@pytest.mark.slow
+def test_compare_against_itself_reports_no_regression(quick_run):
+    r, out = quick_run
+    assert r.returncode == 0, r.stderr
+    # rerunning is what a user does; comparing the report with itself must say "same" everywhere
+    from openclaw_dask.diagnostics.benchmark import load_report
+
+    report = load_report(out / "report.json")
+    assert {c["status"] for c in compare(report, load_report(out / "report.json"))} == {"same"}
+    assert regressions(report, 0) == []
+
+
+@pytest.mark.slow
+def test_benchmark_html_renders_in_headless_chromium(quick_run, tmp_path):
+    from .browser import plotted_colors, screenshot
+
+    _, out = quick_run
+    colors = plotted_colors(screenshot(out / "report.html", tmp_path / "b.png", size="1200,1300"))
+    assert len(colors) >= 3, colors
+
+
+def test_fail_on_regression_needs_a_baseline():
+    r = openclaw("benchmark", "--fail-on-regression", "10")
+    assert r.returncode == 2 and "needs --compare" in r.stderr
+
+
+@pytest.mark.slow
+def test_cli_compare_with_a_regression_gate(quick_run, tmp_path):
+    _, out = quick_run
+    r = openclaw("benchmark", "--suite", "quick", "--sweep", "parallel.task_chunk_size=1MiB,64MiB", "--repeat", "2",
+                 "--out", str(tmp_path / "again"), "--compare", str(out / "report.json"), "--fail-on-regression", "300",
+                 timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads((tmp_path / "again" / "report.json").read_text())["rows"]
+    assert {row["compare"]["status"] for row in rows} <= {"same", "faster", "slower"}
+    assert all(row["compare"]["noise_band"] >= 0.05 for row in rows)
