@@ -10,29 +10,17 @@ that calibrates ``openclaw_dask.chunking.TASK_OVERHEAD_S``.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 from dask.utils import format_bytes, parse_bytes
 
 import openclaw_dask
+from openclaw_dask.diagnostics.benchmark import measure_bandwidth
 from openclaw_dask.workloads import array_sum
 
 CHUNKS = ("auto", "1MiB", "8MiB", "64MiB", "256MiB")
-
-
-def numpy_gbps(size: int, threads: int, repeat: int) -> float:
-    x = np.arange(size // 8, dtype="f8")
-    parts = np.array_split(x, threads)
-    times = []
-    with ThreadPoolExecutor(threads) as pool:
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            sum(pool.map(np.sum, parts))
-            times.append(time.perf_counter() - t0)
-    return x.nbytes / statistics.median(times) / 1e9
 
 
 def raw_dask_threads_gbps(size: int, chunk: str, repeat: int) -> float:
@@ -67,9 +55,10 @@ def overhead_ms(backend: str, workers: int, n_tasks: int = 2000) -> float:
 
 def sweep(size: int, repeat: int, workers: int) -> dict[str, tuple[float, str, int]]:
     """One pass over every configuration: label -> (GB/s, chunk size, number of chunks)."""
+    numpy = measure_bandwidth(size, repeat)
     rows = {
-        "NumPy, 1 thread": (numpy_gbps(size, 1, repeat), "whole array", 1),
-        f"NumPy, {workers} threads": (numpy_gbps(size, workers, repeat), f"1/{workers} each", workers),
+        "NumPy, 1 thread": (numpy["1_thread"], "whole array", 1),
+        "NumPy, all cores": (numpy["all_cores"], "1/cores each", os.cpu_count()),
         "raw dask.array, threaded scheduler, 64MiB": (raw_dask_threads_gbps(size, "64MiB", repeat), "64.00 MiB", size // 2**26),
     }
     for backend in ("thread", "process"):
@@ -91,10 +80,10 @@ def main() -> None:
     size = parse_bytes(args.size)
 
     passes = [sweep(size, args.repeat, args.workers) for _ in range(args.runs)]
-    ref = statistics.median(p[f"NumPy, {args.workers} threads"][0] for p in passes)
+    ref = statistics.median(p["NumPy, all cores"][0] for p in passes)
     print(f"array-sum over {format_bytes(size)} of float64, {args.workers} workers: median of {args.runs} runs "
           f"(each the median of {args.repeat} timed sums), min-max in brackets\n")
-    print(f"| configuration | chunk | chunks | GB/s | vs NumPy {args.workers} threads |")
+    print("| configuration | chunk | chunks | GB/s | vs NumPy, all cores |")
     print("|---|---|---|---|---|")
     for label in passes[0]:
         gbps = [p[label][0] for p in passes]

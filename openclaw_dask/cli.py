@@ -155,12 +155,16 @@ def config_validate(path: str) -> None:
     click.echo(f"{path}: valid ({changed} keys set, backend {cfg.parallel.backend})")
 
 
-@main.command(context_settings={"ignore_unknown_options": True})
-@click.argument("target", required=False, default="array-sum")
-@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-@config_option
-@set_option
-@click.option("--size", default=None, help="Input size of a built-in workload, e.g. 2GiB (workload.size).")
+def _target_options(func: Any) -> Any:
+    """What ``run`` and ``profile`` share: a workload or script, its arguments, config, --set, --size."""
+    func = click.option("--size", default=None, help="Input size of a built-in workload, e.g. 2GiB (workload.size).")(func)
+    func = set_option(config_option(func))
+    func = click.argument("script_args", nargs=-1, type=click.UNPROCESSED)(func)
+    func = click.argument("target", required=False, default="array-sum")(func)
+    return main.command(context_settings={"ignore_unknown_options": True})(func)
+
+
+@_target_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the summary.")
 @_friendly
 def run(target: str, script_args: tuple[str, ...], config_path: str | None, sets: tuple[str, ...], size: str | None, as_json: bool) -> None:
@@ -196,12 +200,7 @@ def _resolve_target(target: str, script_args: tuple[str, ...]) -> bool:
     return is_script
 
 
-@main.command(context_settings={"ignore_unknown_options": True})
-@click.argument("target", required=False, default="array-sum")
-@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-@config_option
-@set_option
-@click.option("--size", default=None, help="Input size of a built-in workload, e.g. 2GiB (workload.size).")
+@_target_options
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, help="Also write a self-contained Bokeh report.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the tables.")
 @_friendly
@@ -263,17 +262,9 @@ def benchmark(more: tuple[str, ...], suite: str, configs: tuple[str, ...], sweep
     base = dict(parse_assignment(s) for s in sets)
     confs = bench.configurations(files, sweeps, base, config_path=config_path)
     old = bench.load_report(baseline) if baseline else None
-    show = sys.stderr.isatty()
-    from rich.console import Console
+    from openclaw_dask.progress import status
 
-    console = Console(stderr=True)
-    with console.status("benchmark", spinner="dots") if show else _nullcontext() as status:
-        def say(message: str) -> None:
-            if status is not None:
-                status.update(f"benchmark: {message}")
-            else:
-                click.echo(f"benchmark: {message}", err=True)
-
+    with status("benchmark", show=sys.stderr.isatty()) as say:
         report = bench.run_benchmark(confs, suite=suite, repeat=repeat, progress=say)
     if old is not None:
         bench.compare(report, old)
@@ -288,12 +279,6 @@ def benchmark(more: tuple[str, ...], suite: str, configs: tuple[str, ...], sweep
         if slower:
             raise RunError(f"{len(slower)} row(s) regressed by more than {fail_pct:g}%: " + ", ".join(
                 f"{r['config']}/{r['workload']} {r['compare']['ratio']:.2f}x" for r in slower))
-
-
-def _nullcontext() -> Any:
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 def _run_workload(cfg: Any, name: str, as_json: bool, show: bool) -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["track_persist"]
+__all__ = ["status", "track_persist"]
 
 
 @contextmanager
@@ -41,3 +42,15 @@ def track_persist(session: Any, collection: Any, description: str, *, show: bool
 
     with _bar(description, len(collection.__dask_graph__()), show) as advance, Callback(posttask=lambda *a: advance()):
         return collection.persist(scheduler="sync")
+
+
+@contextmanager
+def status(label: str, *, show: bool) -> Iterator[Any]:
+    """Yield ``say(message)``: a spinner line on a terminal, one plain line per message otherwise."""
+    if not show:
+        yield lambda message: print(f"{label}: {message}", file=sys.stderr, flush=True)
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(label, spinner="dots") as spinner:
+        yield lambda message: spinner.update(f"{label}: {message}")

@@ -274,10 +274,18 @@ class Session:
         return _scatter_blocks(self.client, x, chunks)
 
     def compute(self, *collections: Any, **kwargs: Any) -> Any:
-        """:func:`dask.compute` on this session's scheduler (its client, or sync when disabled)."""
-        import dask
+        """Compute on this session's scheduler: its client, or dask's sync scheduler when disabled.
 
-        results = dask.compute(*collections, scheduler=self.client or "sync", **kwargs)
+        One collection gives its result; several give a tuple, as :func:`dask.compute`.
+        """
+        if self.client is None:
+            import dask
+
+            results = dask.compute(*collections, scheduler="sync", **kwargs)
+        else:
+            # client.compute measured ~4% faster than dask.compute(scheduler=client) for the
+            # same graph (benchmarks/openclaw_vs_raw.py)
+            results = tuple(self.client.compute(list(collections), sync=True, **kwargs))
         return results[0] if len(collections) == 1 else results
 
     def persist(self, collection: Any) -> Any:

@@ -6,7 +6,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 from click.testing import CliRunner
 
 from openclaw_dask import __version__

@@ -131,3 +131,18 @@ def test_profile_html_renders_its_plots_in_headless_chromium(tmp_path):
     colors = plotted_colors(screenshot(page, tmp_path / "p.png"))
     # the task-stream groups and the load and histogram bars give several saturated colours
     assert len(colors) >= 4, colors
+
+
+def test_collector_leaves_the_scheduler_as_it_found_it():
+    from openclaw_dask.diagnostics.collect import collect
+
+    def plugins(dask_scheduler):
+        return set(dask_scheduler.plugins)
+
+    with openclaw_dask.session(workers=1) as s:
+        before = s.client.run_on_scheduler(plugins)
+        x = s.persist(s.array((1000,), fill="ones"))
+        with collect(s) as record:
+            assert s.compute(x.sum()) == 1000
+        assert record.tasks
+        assert s.client.run_on_scheduler(plugins) == before  # the task-stream plugin is gone again

@@ -233,13 +233,16 @@ def compare(report: dict[str, Any], baseline: dict[str, Any]) -> list[dict[str, 
         if b is None:
             r["compare"] = {"status": "new"}
         else:
-            spread = lambda row: (row["max_s"] - row["min_s"]) / row["median_s"]  # noqa: E731
-            noise = max(MIN_NOISE, spread(r), spread(b))
+            noise = max(MIN_NOISE, _spread(r), _spread(b))
             ratio = r["median_s"] / b["median_s"]
             status = "slower" if ratio > 1 + noise else "faster" if ratio < 1 / (1 + noise) else "same"
             r["compare"] = {"status": status, "ratio": ratio, "noise_band": noise, "baseline_median_s": b["median_s"]}
         out.append(r["compare"])
     return out
+
+
+def _spread(row: dict[str, Any]) -> float:
+    return (row["max_s"] - row["min_s"]) / row["median_s"]
 
 
 def regressions(report: dict[str, Any], pct: float) -> list[dict[str, Any]]:
@@ -305,7 +308,8 @@ def _html_layout(report: dict[str, Any]) -> Any:
                               ("speedup", "Speedup over the serial scheduler", False)):
         f = figure(x_range=FactorRange(*factors), height=340, width=1100, title=title, y_axis_type="log" if log else "linear",
                    tools="save", toolbar_location="right")
-        f.vbar(x="x", top=field, bottom=0.001 if log else 0, width=0.8, color="color", source=source)
+        floor = min(source.data["lo"]) / 2 if log else 0  # log bars start just below the fastest run
+        f.vbar(x="x", top=field, bottom=floor, width=0.8, color="color", source=source)
         if field == "ms":
             f.add_layout(Whisker(source=source, base="x", upper="hi", lower="lo"))
         f.add_tools(HoverTool(tooltips=[("run", "@x"), (field, f"@{field}{{0.00}}"), ("flags", "@flags")]))

@@ -77,7 +77,15 @@ def _group(key: Any) -> str:
     return key_split(key)
 
 
-# -- worker-side functions (run by client.run in each worker) ------------------------------
+# -- scheduler- and worker-side functions (run by client.run_on_scheduler / client.run) ----
+
+
+def _has_task_stream(dask_scheduler: Any) -> bool:
+    return "task-stream" in dask_scheduler.plugins
+
+
+def _drop_task_stream(dask_scheduler: Any) -> None:
+    dask_scheduler.remove_plugin(name="task-stream")
 
 
 def _worker_start(dask_worker: Any) -> dict[str, Any]:
@@ -127,9 +135,14 @@ def collect(session: Any) -> Iterator[RunRecord]:
 
     client = session.client
     since = client.run(_worker_start)
-    with get_task_stream(client) as stream:
-        yield record
-    record.stop = time.time()
+    had_stream = client.run_on_scheduler(_has_task_stream)
+    try:
+        with get_task_stream(client) as stream:
+            yield record
+    finally:
+        record.stop = time.time()
+        if not had_stream:  # the plugin costs every later task a little: leave the scheduler as it was
+            client.run_on_scheduler(_drop_task_stream)
     for r in stream.data:
         # A key computed again before the worker forgot it keeps its earlier intervals too:
         # this record's execution is the last compute, and the transfers since the one before.

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["write_html", "profile_layout"]
+__all__ = ["profile_layout", "write_html"]
 
 
 def _palette(names: list[str]) -> dict[str, str]:

@@ -66,8 +66,10 @@ def stencil(s: Any, size: int) -> Prepared:
     def smooth(block: np.ndarray) -> np.ndarray:
         return (block[:-2, 1:-1] + block[2:, 1:-1] + block[1:-1, :-2] + block[1:-1, 2:] + 4 * block[1:-1, 1:-1]) / 8
 
+    def padded(block: np.ndarray) -> np.ndarray:  # map_overlap keeps block shapes
+        return np.pad(smooth(block), 1)
+
     def dask_stencil(x: Any) -> Any:
-        padded = lambda b: np.pad(smooth(b), 1)  # noqa: E731 - map_overlap keeps block shapes
         return x.map_overlap(padded, depth=1, boundary="nearest", dtype=x.dtype)
 
     def numpy_stencil(a: np.ndarray) -> np.ndarray:
