@@ -125,6 +125,8 @@ def config() -> None:
 @_friendly
 def config_show(config_path: str | None, sets: tuple[str, ...], as_json: bool) -> None:
     """Print the effective value of every key and where it came from."""
+    from openclaw_dask.config.model import plain as _plain
+
     cfg = _load(config_path, sets)
     rows = [(k, v, cfg.sources[k]) for k, v in cfg.items()] + [(f"dask.{k}", v, "dask section") for k, v in cfg.dask.items()]
     if as_json:
@@ -182,6 +184,12 @@ def run(target: str, script_args: tuple[str, ...], config_path: str | None, sets
         _run_workload(cfg, target, as_json, show)
 
 
+def _writable_parent(path: str | None) -> None:
+    """Refuse an output path whose folder is missing before any work is done, not after."""
+    if path is not None and not Path(path).resolve().parent.is_dir():
+        raise ConfigError(f"cannot write {path}: folder {Path(path).parent} does not exist; create it first")
+
+
 def _resolve_target(target: str, script_args: tuple[str, ...]) -> bool:
     """True for a script, False for a built-in workload; usage errors otherwise."""
     from openclaw_dask.workloads import WORKLOADS
@@ -215,6 +223,7 @@ def profile(target: str, script_args: tuple[str, ...], config_path: str | None, 
     from openclaw_dask.session import Session
 
     is_script = _resolve_target(target, script_args)
+    _writable_parent(html_path)
     cfg = _load(config_path, sets, {"workload.size": size} if size is not None else None)
     with Session(cfg).start() as s:
         result = run_profile(s, target, script_args=script_args, progress=not as_json and sys.stderr.isatty())
@@ -261,11 +270,15 @@ def benchmark(more: tuple[str, ...], suite: str, configs: tuple[str, ...], sweep
             raise ConfigError(f"--configs {f}: no such file")
     base = dict(parse_assignment(s) for s in sets)
     confs = bench.configurations(files, sweeps, base, config_path=config_path)
-    old = bench.load_report(baseline) if baseline else None
+    old = bench.load_report(baseline, suite=suite) if baseline else None
+    try:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {out_dir}: cannot create the folder ({e.strerror})") from None
     from openclaw_dask.progress import status
 
     with status("benchmark", show=sys.stderr.isatty()) as say:
-        report = bench.run_benchmark(confs, suite=suite, repeat=repeat, progress=say)
+        report = bench.run_benchmark(confs, suite=suite, repeat=repeat, progress=say, base_overrides=base)
     if old is not None:
         bench.compare(report, old)
     paths = bench.write_reports(report, out_dir)
@@ -309,11 +322,6 @@ def _run_script(cfg: Any, path: Path, args: tuple[str, ...], as_json: bool) -> N
         click.echo(json.dumps({"script": str(path), "ok": exit_code == 0, "exit_code": exit_code, "wall_s": time.perf_counter() - t0, "backend": cfg.parallel.backend, "workers": workers}))
     if exit_code:
         sys.exit(exit_code)
-
-
-def _plain(value: Any) -> Any:
-    """A JSON- and table-friendly form of a config value."""
-    return value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -115,3 +115,20 @@ def test_cli_compare_with_a_regression_gate(quick_run, tmp_path):
     rows = json.loads((tmp_path / "again" / "report.json").read_text())["rows"]
     assert {row["compare"]["status"] for row in rows} <= {"same", "faster", "slower"}
     assert all(row["compare"]["noise_band"] >= 0.05 for row in rows)
+
+
+def test_baselines_are_checked_before_anything_runs(tmp_path):
+    from openclaw_dask.diagnostics.benchmark import load_report
+
+    cases = {
+        "list.json": ("[1, 2]", "not an openclaw benchmark report"),
+        "rows.json": (json.dumps({"schema": SCHEMA, "rows": [{"config": "a"}]}), "rows lack"),
+        "zero.json": (json.dumps({"schema": SCHEMA, "rows": [dict(zip(("config", "workload", "median_s", "min_s", "max_s"), ("a", "s", 0, 0, 0)))]}), "zero median"),
+        "suite.json": (json.dumps({"schema": SCHEMA, "suite": "standard", "rows": []}), "compare like with like"),
+    }
+    for name, (text, needle) in cases.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ConfigError, match=needle):
+            load_report(tmp_path / name, suite="quick")
+    r = openclaw("benchmark", "--compare", str(tmp_path / "list.json"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not an openclaw benchmark report" in r.stderr

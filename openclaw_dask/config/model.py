@@ -11,7 +11,12 @@ from typing import Any
 
 from openclaw_dask.config.schema import ChunkSize
 
-__all__ = ["ClusterConfig", "Config", "ParallelConfig", "WorkloadConfig"]
+__all__ = ["ClusterConfig", "Config", "ParallelConfig", "WorkloadConfig", "plain"]
+
+
+def plain(value: Any) -> Any:
+    """A JSON- and table-friendly form of a config value (sizes and chunk sizes as text)."""
+    return value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 from dask.utils import format_bytes, format_time
 
 from openclaw_dask.chunking import TASK_OVERHEAD_S
@@ -100,10 +101,8 @@ class ProfileReport:
 
 
 def _quantile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+    # the same (interpolating) definition the benchmark's percentiles use
+    return float(np.percentile(values, q * 100)) if values else 0.0
 
 
 def _groups(tasks: list[TaskRecord]) -> dict[str, list[TaskRecord]]:
@@ -290,7 +289,7 @@ def _overhead(record: RunRecord, by_group: dict[str, list[TaskRecord]], chunk_hi
         Verdict(
             "overhead-bound",
             f"{len(tasks)} tasks with a median of {format_time(statistics.median(t.duration for t in tasks))} each: "
-            f"scheduling (~{per_task * 1e3:.1f} ms a task) is about {fraction:.0%} of the work",
+            f"scheduling (~{per_task * 1e3:.2g} ms a task) is about {fraction:.0%} of the work",
             {"tasks": len(tasks), "median_task_s": statistics.median(t.duration for t in tasks),
              "overhead_per_task_s": per_task, "overhead_fraction": round(fraction, 3), "chunk_bytes": chunk},
             fix,

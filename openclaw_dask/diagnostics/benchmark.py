@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import platform
 import statistics
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from openclaw_dask.config import Config, load_config
+from openclaw_dask.config.model import plain as _plain
 from openclaw_dask.errors import ConfigError
 
 __all__ = ["SCHEMA", "Configuration", "compare", "configurations", "measure_bandwidth", "run_benchmark", "write_reports"]
@@ -107,9 +109,7 @@ def _run_kernel(session: Any, name: str, size: int, repeat: int) -> dict[str, An
     from openclaw_dask.workloads.suite import KERNELS
 
     prepared = KERNELS[name](session, size)
-    graph = prepared.build(*prepared.inputs)
-    n_tasks = len(graph.__dask_graph__())
-    result = session.compute(graph)  # warm-up, and the answer to check
+    result = session.compute(prepared.build(*prepared.inputs))  # warm-up, and the answer to check
     with collect(session) as record:
         times = []
         for _ in range(repeat):
@@ -124,7 +124,10 @@ def _run_kernel(session: Any, name: str, size: int, repeat: int) -> dict[str, An
             reference = prepared.numpy(*arrays)
             numpy_times.append(time.perf_counter() - t0)
     median = statistics.median(times)
-    report = analyze(record)
+    n_tasks = len(record.tasks) / repeat  # tasks that ran per run (inputs already in memory are not tasks)
+    first = prepared.inputs[0] if prepared.inputs else None
+    chunk = first.dtype.itemsize * math.prod(max(c) for c in first.chunks) if first is not None else None
+    report = analyze(record, chunk_hint=chunk)
     return {
         "workload": name,
         "ok": _matches(result, reference, prepared.rtol),
@@ -151,8 +154,13 @@ def run_benchmark(
     suite: str = "quick",
     repeat: int = 5,
     progress: Callable[[str], None] | None = None,
+    base_overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run ``suite`` for each configuration and for the serial baseline; return the report dict."""
+    """Run ``suite`` for each configuration and for the serial baseline; return the report dict.
+
+    The serial baseline is the first configuration's file with ``base_overrides`` and
+    ``parallel.enabled: false``.
+    """
     import dask
     import distributed
 
@@ -166,9 +174,9 @@ def run_benchmark(
     say = progress or (lambda message: None)
     say("measuring memory bandwidth")
     bandwidth = measure_bandwidth()
-    serial = Configuration("serial", load_config(configs[0].config.path, {"parallel.enabled": False}))
+    serial = Configuration("serial", load_config(configs[0].config.path, {**(base_overrides or {}), "parallel.enabled": False}))
     rows = []
-    for conf in [serial, *configs]:
+    for conf in _unique_labels([serial, *configs]):
         with Session(conf.config).start() as s:
             for name in kernels:
                 say(f"{conf.label}: {name}")
@@ -208,14 +216,20 @@ def run_benchmark(
     }
 
 
+def _unique_labels(configs: list[Configuration]) -> list[Configuration]:
+    """``x``, ``x#2``, ...: rows are matched by label, so no two may share one."""
+    seen: dict[str, int] = {}
+    out = []
+    for c in configs:
+        seen[c.label] = seen.get(c.label, 0) + 1
+        out.append(c if seen[c.label] == 1 else Configuration(f"{c.label}#{seen[c.label]}", c.config))
+    return out
+
+
 def _total_memory() -> int:
     import psutil
 
     return int(psutil.virtual_memory().total)
-
-
-def _plain(value: Any) -> Any:
-    return value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
 
 
 def compare(report: dict[str, Any], baseline: dict[str, Any]) -> list[dict[str, Any]]:
@@ -331,9 +345,24 @@ def write_reports(report: dict[str, Any], out: str | Path) -> dict[str, Path]:
     return paths
 
 
-def load_report(path: str | Path) -> dict[str, Any]:
-    """Read a ``report.json``; a clear error if it is not one."""
+_ROW_FIELDS = ("config", "workload", "median_s", "min_s", "max_s")
+
+
+def load_report(path: str | Path, *, suite: str | None = None) -> dict[str, Any]:
+    """Read and check a ``report.json`` (before any benchmark runs); a clear error if it is not one.
+
+    With ``suite``, the baseline must come from the same suite: other input sizes are not comparable.
+    """
     try:
-        return json.loads(Path(path).read_text("utf-8"))
+        report = json.loads(Path(path).read_text("utf-8"))
     except (OSError, ValueError) as e:
         raise ConfigError(f"--compare {path}: cannot read a benchmark report ({e})") from None
+    if not isinstance(report, dict) or report.get("schema") != SCHEMA:
+        got = report.get("schema") if isinstance(report, dict) else type(report).__name__
+        raise ConfigError(f"--compare {path}: not an openclaw benchmark report (schema {got!r}, expected {SCHEMA})")
+    rows = report.get("rows")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and all(f in r for f in _ROW_FIELDS) and r["median_s"] > 0 for r in rows):
+        raise ConfigError(f"--compare {path}: its rows lack {', '.join(_ROW_FIELDS)} or have a zero median; regenerate it")
+    if suite is not None and report.get("suite") != suite:
+        raise ConfigError(f"--compare {path}: it is a {report.get('suite')} suite report, this run is --suite {suite}; compare like with like")
+    return report

@@ -21,7 +21,9 @@ def _palette(names: list[str]) -> dict[str, str]:
 def _verdicts_div(report: Any) -> Any:
     from bokeh.models import Div
 
-    if not report.verdicts:
+    if report.n_tasks == 0:
+        items = "<li>no tasks ran: nothing to profile</li>"
+    elif not report.verdicts:
         items = "<li>no problems found: load is balanced and tasks are big enough to amortise scheduling</li>"
     else:
         items = "".join(

@@ -55,11 +55,11 @@ def print_profile(report: Any) -> None:
 
     console = _console()
     workers = Table(title=f"openclaw profile: {report.n_tasks} tasks, {report.wall_s:.2f} s, backend {report.backend}", box=SIMPLE_HEAD)
-    for col in ("worker x threads", "tasks", "busy", "util", "computed", "in", "out", "peak mem"):
+    for col in ("worker x threads", "tasks", "busy", "idle", "util", "computed", "in", "out", "peak mem"):
         workers.add_column(col, justify="left" if col.startswith("worker") else "right", no_wrap=True, overflow="ellipsis")
     for w in report.workers:
         workers.add_row(
-            f"{_short(w.address)} x{w.nthreads}", str(w.tasks), _t(w.busy_s), f"{w.utilization:.0%}",
+            f"{_short(w.address)} x{w.nthreads}", str(w.tasks), _t(w.busy_s), _t(w.idle_s), f"{w.utilization:.0%}",
             _b(w.bytes_computed), _b(w.bytes_in), _b(w.bytes_out), _b(w.peak_memory),
         )
     console.print(workers)
@@ -72,6 +72,9 @@ def print_profile(report: Any) -> None:
         )
     console.print(groups)
     im = report.imbalance
+    if report.n_tasks == 0:
+        console.print("[yellow]no tasks ran[/]: nothing to profile (did the script compute anything?)")
+        return
     if not report.verdicts:
         console.print(f"[green]no problems found[/]: busiest lane {im['max_over_mean']:.2f}x the mean (CV {im['cv']:.2f}), "
                       "tasks long enough to amortise scheduling")
