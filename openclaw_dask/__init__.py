@@ -17,10 +17,11 @@ from openclaw_dask.errors import (
     ClusterStartError,
     ConfigError,
     OpenclawError,
+    ResizeError,
     ResultMismatch,
     RunError,
 )
-from openclaw_dask.session import Session, session
+from openclaw_dask.session import ResizeResult, Session, resize_workers, session
 
 try:
     __version__ = version("openclaw-dask")
@@ -34,11 +35,14 @@ __all__ = [
     "Config",
     "ConfigError",
     "OpenclawError",
+    "ResizeError",
+    "ResizeResult",
     "ResultMismatch",
     "RunError",
     "Session",
     "__version__",
     "load_config",
     "plan_chunks",
+    "resize_workers",
     "session",
 ]

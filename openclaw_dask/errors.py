@@ -9,6 +9,7 @@ exits 2 for configuration errors and 1 for a failed run.
     OpenclawError
     ├── ConfigError          (also a ValueError)  a key, value or file is wrong
     ├── BackendUnavailable   (also an ImportError) an optional extra is missing
+    ├── ResizeError                                a resize was refused (cooldown, backend)
     └── RunError                                   the run itself failed
         ├── ClusterStartError                      no cluster could be started or reached
         └── ResultMismatch                         a workload computed a wrong answer
@@ -21,6 +22,7 @@ __all__ = [
     "ClusterStartError",
     "ConfigError",
     "OpenclawError",
+    "ResizeError",
     "ResultMismatch",
     "RunError",
 ]
@@ -43,6 +45,10 @@ class BackendUnavailable(OpenclawError, ImportError):
 
     The message names the ``pip install`` command that brings it.
     """
+
+
+class ResizeError(OpenclawError):
+    """``resize_workers`` was refused: inside ``elastic.cooldown``, or a backend that cannot resize."""
 
 
 class RunError(OpenclawError):

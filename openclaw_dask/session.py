@@ -14,6 +14,7 @@ import multiprocessing
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
     from openclaw_dask.cluster import ClusterHandle
 
-__all__ = ["FILLS", "Session", "active_session", "session"]
+__all__ = ["FILLS", "ResizeResult", "Session", "active_session", "resize_workers", "session"]
 
 logger = logging.getLogger("openclaw_dask.session")
 _ACTIVE: list[Session] = []  # sessions the CLI started for a script, innermost last
@@ -102,6 +103,7 @@ class Session:
             "distributed.comm.timeouts.connect": f"{p.timeout}s",
             # distributed's TCP keep-alive needs >= 11 s (10 probes + 1): a lower value cannot start
             "distributed.comm.timeouts.tcp": f"{max(p.timeout, 11.0)}s",
+            "distributed.scheduler.allowed-failures": self.config.fault_tolerance.allowed_failures,
         }
         if p.enabled and p.backend == "thread":
             # inproc addresses carry the machine's IP, not the host the dashboard binds
@@ -277,22 +279,105 @@ class Session:
         """Compute on this session's scheduler: its client, or dask's sync scheduler when disabled.
 
         One collection gives its result; several give a tuple, as :func:`dask.compute`.
+        Failed tasks are retried ``fault_tolerance.retries`` times.
         """
         if self.client is None:
             import dask
 
             results = dask.compute(*collections, scheduler="sync", **kwargs)
         else:
+            kwargs.setdefault("retries", self.config.fault_tolerance.retries)
             # client.compute measured ~4% faster than dask.compute(scheduler=client) for the
             # same graph (benchmarks/openclaw_vs_raw.py)
-            results = tuple(self.client.compute(list(collections), sync=True, **kwargs))
+            with _killed_worker_as_run_error(self.config):
+                results = tuple(self.client.compute(list(collections), sync=True, **kwargs))
         return results[0] if len(collections) == 1 else results
 
     def persist(self, collection: Any) -> Any:
         """Compute ``collection`` into worker memory (into the graph when serial) and return it."""
         if self.client is not None:
-            return self.client.persist(collection)
+            return self.client.persist(collection, retries=self.config.fault_tolerance.retries)
         return collection.persist(scheduler="sync")
+
+    # -- elasticity ----------------------------------------------------------------------
+
+    def resize_workers(self, n: int, *, force: bool = False) -> ResizeResult:
+        """Grow or shrink the process cluster to ``n`` workers, at run time.
+
+        Growing waits until the new workers have joined (up to ``parallel.timeout``).
+        Shrinking retires workers gracefully: the data only they hold is moved to the
+        others first, so nothing is recomputed. A call within ``elastic.cooldown`` of the
+        previous resize is refused unless ``force=True``, because resizing moves data.
+
+        Raises
+        ------
+        ResizeError
+            Inside the cooldown, or on a backend that cannot resize (thread, remote, serial).
+        """
+        import time
+
+        from openclaw_dask.errors import ResizeError
+
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ResizeError(f"resize_workers({n!r}): the number of workers must be an integer >= 1")
+        backend = self.config.parallel.backend if self.config.parallel.enabled else "serial"
+        if backend != "process" or self._handle is None or self._handle.cluster is None:
+            why = {"thread": "runs one in-process worker (change parallel.workers instead)",
+                   "remote": "belongs to whoever started dask scheduler and dask worker (start or stop workers there)",
+                   "serial": "has no cluster"}.get(backend, "cannot be resized")
+            raise ResizeError(f"resize_workers({n}) refused: backend {backend} {why}; use backend process to resize")
+        handle, cooldown = self._handle, self.config.elastic.cooldown
+        since = time.monotonic() - handle.last_resize if handle.last_resize is not None else None
+        if since is not None and since < cooldown and not force:
+            raise ResizeError(
+                f"resize_workers({n}) refused: the last resize was {since:.0f}s ago and elastic.cooldown is {cooldown:g}s "
+                f"(resizing moves data); wait {cooldown - since:.0f}s, pass force=True, or lower elastic.cooldown"
+            )
+        held = self.client.run_on_scheduler(_bytes_per_worker)
+        before = set(held)
+        t0 = time.perf_counter()
+        handle.cluster.scale(n)  # shrinking retires workers first: their data moves, then they close
+        deadline = time.monotonic() + self.config.parallel.timeout
+        while len(self.workers()) != n:
+            if time.monotonic() > deadline:
+                raise ResizeError(f"resize_workers({n}): the cluster has {len(self.workers())} workers after {self.config.parallel.timeout:g}s")
+            time.sleep(0.05)
+        after = set(self.workers())
+        handle.last_resize = time.monotonic()
+        result = ResizeResult(len(before), n, time.perf_counter() - t0, sum(held[a] for a in before - after))
+        logger.info("resized %d -> %d workers in %.2fs, %d bytes moved off retired workers", result.before, n, result.seconds, result.bytes_moved)
+        return result
+
+
+@dataclass(frozen=True)
+class ResizeResult:
+    """What :meth:`Session.resize_workers` changed."""
+
+    before: int
+    after: int
+    seconds: float
+    bytes_moved: int  # held by the retired workers, moved to the others before they closed
+
+
+def _bytes_per_worker(dask_scheduler: Any) -> dict[str, int]:
+    return {ws.address: ws.nbytes for ws in dask_scheduler.workers.values()}
+
+
+@contextlib.contextmanager
+def _killed_worker_as_run_error(config: Config) -> Iterator[None]:
+    from distributed.scheduler import KilledWorker
+
+    try:
+        yield
+    except KilledWorker as e:
+        from openclaw_dask.errors import RunError
+
+        key = getattr(e, "task", None) or (e.args[0] if e.args else "?")
+        raise RunError(
+            f"task {key} was running on {config.fault_tolerance.allowed_failures + 1} workers that died "
+            f"(the last {getattr(e, 'last_worker', None) and e.last_worker.address}); it may crash or exhaust its worker. "
+            "Fix the task, give workers more memory (cluster.memory_limit), or raise fault_tolerance.allowed_failures"
+        ) from None
 
 
 def _scatter_blocks(client: Any, x: np.ndarray, chunks: tuple[tuple[int, ...], ...]) -> da.Array:
@@ -364,3 +449,11 @@ def session(config: str | os.PathLike[str] | Config | None = None, **overrides: 
     if not isinstance(config, Config):
         config = load_config(config, overrides)
     return Session(config).start()
+
+
+def resize_workers(n: int, *, force: bool = False) -> ResizeResult:
+    """Resize the current session: the one ``openclaw run`` started, else the most recent open one."""
+    current = _ACTIVE[-1] if _ACTIVE else (_OPEN[-1] if _OPEN else None)
+    if current is None:
+        raise OpenclawError("resize_workers(): no session is open; start one with openclaw_dask.session(backend='process')")
+    return current.resize_workers(n, force=force)

@@ -17,6 +17,8 @@ from openclaw_dask.config import (
     load_config,
 )
 from openclaw_dask.config.checks import NOT_YET
+from openclaw_dask.config.model import ElasticConfig, FaultToleranceConfig
+from openclaw_dask.config.schema import TYPED_SECTIONS
 from openclaw_dask.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,10 +39,11 @@ def write(tmp_path, text, name="openclaw_config.yaml"):
 
 def test_defaults_file_schema_and_dataclasses_agree():
     defaults = yaml.safe_load(default_config_text())
-    from_file = [f"{s}.{k}" for s in ("parallel", "cluster", "workload") for k in defaults[s]]
+    from_file = [f"{s}.{k}" for s in TYPED_SECTIONS for k in defaults[s]]
     assert from_file == [k.dotted for k in KEYS]
-    assert defaults["dask"] == {}
-    for section, cls in (("parallel", ParallelConfig), ("cluster", ClusterConfig), ("workload", WorkloadConfig)):
+    assert list(defaults) == [*TYPED_SECTIONS, "dask"] and defaults["dask"] == {}
+    classes = (ParallelConfig, ClusterConfig, WorkloadConfig, ElasticConfig, FaultToleranceConfig)
+    for section, cls in zip(TYPED_SECTIONS, classes):
         assert [f.name for f in dataclasses.fields(cls)] == [k.name for k in KEYS if k.section == section]
 
 

@@ -115,7 +115,7 @@ def test_cli_profile_json_and_html_on_planted_skew(tmp_path):
 
 
 def test_cli_profile_default_config_reports_no_imbalance(tmp_path):
-    r = openclaw("profile", "--size", "256MiB", cwd=tmp_path)
+    r = openclaw("profile", cwd=tmp_path)  # the real defaults: 1 GiB, auto chunks, all cores
     assert r.returncode == 0, r.stderr
     assert "no problems found" in r.stdout
     assert "load-imbalance" not in r.stdout

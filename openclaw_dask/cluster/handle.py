@@ -30,6 +30,7 @@ class ClusterHandle:
     cluster: Any
     backend: str
     closed: bool = False
+    last_resize: float | None = None  # time.monotonic() of the last resize, shared by borrowed sessions
 
     def close(self) -> None:
         """Close the client, then the cluster if openclaw started it. Safe to call twice."""

@@ -90,7 +90,8 @@ def _check_remote(config: Config) -> None:
         raise _fail(config, "cluster.scheduler_address", "expected PROTOCOL://HOST:PORT, e.g. tcp://127.0.0.1:8786 (as dask scheduler prints it)")
     if p.communication not in ("auto", scheme):
         raise _fail(config, "parallel.communication", f"the scheduler address {c.scheduler_address} sets the protocol; use auto")
-    for dotted, default in (("cluster.memory_limit", "auto"), ("cluster.host", "127.0.0.1"), ("cluster.dashboard", False), ("parallel.network_interface", None)):
+    for dotted, default in (("cluster.memory_limit", "auto"), ("cluster.host", "127.0.0.1"), ("cluster.dashboard", False),
+                            ("parallel.network_interface", None), ("fault_tolerance.allowed_failures", 3)):
         if config.get(dotted) != default:
             raise _fail(config, dotted, "set by whoever started the remote scheduler and workers (dask scheduler / dask worker options); remove it here")
 

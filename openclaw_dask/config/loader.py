@@ -19,9 +19,9 @@ from typing import Any
 
 import yaml
 
-from openclaw_dask.config import checks
-from openclaw_dask.config.model import ClusterConfig, Config, ParallelConfig, WorkloadConfig
-from openclaw_dask.config.schema import KEYS, SECTIONS, Invalid, key_by_name
+from openclaw_dask.config import checks, model
+from openclaw_dask.config.model import Config
+from openclaw_dask.config.schema import KEYS, SECTIONS, TYPED_SECTIONS, Invalid, key_by_name
 from openclaw_dask.errors import ConfigError
 
 __all__ = ["DEFAULT_FILENAME", "default_config_text", "load_config", "parse_assignment"]
@@ -216,7 +216,7 @@ def load_config(
     """
     env = os.environ if env is None else env
     defaults = yaml.safe_load(default_config_text())
-    layers: list[_Layer] = [{f"{s}.{n}": (v, "default") for s in SECTIONS[:-1] for n, v in defaults[s].items()}]
+    layers: list[_Layer] = [{f"{s}.{n}": (v, "default") for s in TYPED_SECTIONS for n, v in defaults[s].items()}]
     dask_cfg: dict[str, Any] = {}
     file = _discover(path, env)
     if file is not None:
@@ -240,13 +240,10 @@ def load_config(
         except Invalid as e:
             raise ConfigError(f"{where}: {key.dotted} must be {e}, got {raw!r}") from None
 
-    def section(cls: type, name: str) -> Any:
-        return cls(**{k.name: values[k.dotted] for k in KEYS if k.section == name})
-
+    classes = {"parallel": model.ParallelConfig, "cluster": model.ClusterConfig, "workload": model.WorkloadConfig,
+               "elastic": model.ElasticConfig, "fault_tolerance": model.FaultToleranceConfig}
     config = Config(
-        parallel=section(ParallelConfig, "parallel"),
-        cluster=section(ClusterConfig, "cluster"),
-        workload=section(WorkloadConfig, "workload"),
+        **{name: classes[name](**{k.name: values[k.dotted] for k in KEYS if k.section == name}) for name in TYPED_SECTIONS},
         dask=MappingProxyType(dask_cfg),
         sources=MappingProxyType({k: src for k, (_, src) in merged.items()}),
         path=file.resolve() if file is not None else None,

@@ -9,9 +9,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from openclaw_dask.config.schema import ChunkSize
+from openclaw_dask.config.schema import TYPED_SECTIONS, ChunkSize
 
-__all__ = ["ClusterConfig", "Config", "ParallelConfig", "WorkloadConfig", "plain"]
+__all__ = ["ClusterConfig", "Config", "ElasticConfig", "FaultToleranceConfig", "ParallelConfig", "WorkloadConfig", "plain"]
 
 
 def plain(value: Any) -> Any:
@@ -67,12 +67,27 @@ class WorkloadConfig:
 
 
 @dataclass(frozen=True)
+class ElasticConfig:
+    """Run-time resizing (``Session.resize_workers``)."""
+
+    cooldown: float
+
+
+@dataclass(frozen=True)
+class FaultToleranceConfig:
+    """Task retries and how many worker deaths a task may cause."""
+
+    retries: int
+    allowed_failures: int
+
+
+@dataclass(frozen=True)
 class Config:
     """The effective configuration.
 
     Attributes
     ----------
-    parallel, cluster, workload
+    parallel, cluster, workload, elastic, fault_tolerance
         The typed sections.
     dask
         Passed unchanged to :mod:`dask.config` while a session runs (read-only mapping).
@@ -86,6 +101,8 @@ class Config:
     parallel: ParallelConfig
     cluster: ClusterConfig
     workload: WorkloadConfig
+    elastic: ElasticConfig
+    fault_tolerance: FaultToleranceConfig
     dask: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     path: Path | None = None
@@ -99,6 +116,6 @@ class Config:
         """All ``(dotted key, value)`` pairs of the typed sections, in schema order."""
         return [
             (f"{s}.{f.name}", getattr(getattr(self, s), f.name))
-            for s in ("parallel", "cluster", "workload")
+            for s in TYPED_SECTIONS
             for f in dataclasses.fields(getattr(self, s))
         ]

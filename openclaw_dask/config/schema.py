@@ -16,7 +16,7 @@ from typing import Any
 
 from dask.utils import parse_bytes, parse_timedelta
 
-__all__ = ["KEYS", "SECTIONS", "ChunkSize", "Invalid", "Key", "key_by_name"]
+__all__ = ["KEYS", "SECTIONS", "TYPED_SECTIONS", "ChunkSize", "Invalid", "Key", "key_by_name"]
 
 
 class Invalid(Exception):
@@ -222,9 +222,15 @@ KEYS: tuple[Key, ...] = (
     Key("workload", "repeat", _int(1)),
     Key("workload", "skew", _ratio),
     Key("workload", "straggler", lambda v: _duration(v, zero=True)),
+    # elastic: run-time resizing
+    Key("elastic", "cooldown", lambda v: _duration(v, zero=True)),
+    # fault_tolerance: what a run survives
+    Key("fault_tolerance", "retries", _int(0)),
+    Key("fault_tolerance", "allowed_failures", _int(0)),
 )
 
-SECTIONS: tuple[str, ...] = ("parallel", "cluster", "workload", "dask")
+TYPED_SECTIONS: tuple[str, ...] = ("parallel", "cluster", "workload", "elastic", "fault_tolerance")
+SECTIONS: tuple[str, ...] = (*TYPED_SECTIONS, "dask")
 
 _BY_NAME = {k.name: k for k in KEYS}
 _BY_DOTTED = {k.dotted: k for k in KEYS}
