@@ -289,7 +289,7 @@ class Session:
             kwargs.setdefault("retries", self.config.fault_tolerance.retries)
             # client.compute measured ~4% faster than dask.compute(scheduler=client) for the
             # same graph (benchmarks/openclaw_vs_raw.py)
-            with _killed_worker_as_run_error(self.config):
+            with _run_errors(self):
                 results = tuple(self.client.compute(list(collections), sync=True, **kwargs))
         return results[0] if len(collections) == 1 else results
 
@@ -364,19 +364,29 @@ def _bytes_per_worker(dask_scheduler: Any) -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def _killed_worker_as_run_error(config: Config) -> Iterator[None]:
+def _run_errors(session: Session) -> Iterator[None]:
+    """Distributed's failures that end a run, as one clear :class:`RunError` each."""
+    from concurrent.futures import CancelledError
+
     from distributed.scheduler import KilledWorker
 
+    from openclaw_dask.errors import RunError
+
+    config = session.config
     try:
         yield
     except KilledWorker as e:
-        from openclaw_dask.errors import RunError
-
-        key = getattr(e, "task", None) or (e.args[0] if e.args else "?")
         raise RunError(
-            f"task {key} was running on {config.fault_tolerance.allowed_failures + 1} workers that died "
-            f"(the last {getattr(e, 'last_worker', None) and e.last_worker.address}); it may crash or exhaust its worker. "
+            f"task {e.task} was running on {config.fault_tolerance.allowed_failures + 1} workers that died "
+            f"(the last {e.last_worker.address}); it may crash or exhaust its worker. "
             "Fix the task, give workers more memory (cluster.memory_limit), or raise fault_tolerance.allowed_failures"
+        ) from None
+    except CancelledError as e:
+        if session.client.status == "running" and "connection-lost" not in str(e):
+            raise
+        raise RunError(
+            f"lost the scheduler at {session.client.scheduler.address} (connection lost); its task state is gone, "
+            "so the run cannot go on: restart the scheduler and run again"
         ) from None
 
 

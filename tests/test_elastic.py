@@ -119,3 +119,23 @@ def test_a_task_that_kills_every_worker_ends_with_one_clear_error():
         assert time.monotonic() - t0 < 60
         # the cluster is usable afterwards
         assert s.compute(s.array((10,), fill="ones").sum()) == 10
+
+
+def test_losing_the_scheduler_is_one_clear_error_within_the_timeout(dask_scheduler):
+    import threading
+
+    def _sleepy(block):  # local, so it travels by value to the separately started worker
+        time.sleep(0.5)
+        return block
+
+    address, add_worker = dask_scheduler
+    add_worker()
+    with openclaw_dask.session(backend="remote", scheduler_address=address, workers=1, timeout="5s") as s:
+        x = s.array((10_000,), fill="ones", chunks=((1000,) * 10,))
+        scheduler_pid = s.client.run_on_scheduler(os.getpid)
+        threading.Timer(1.0, os.kill, (scheduler_pid, signal.SIGKILL)).start()
+        t0 = time.monotonic()
+        with pytest.raises(RunError) as e:
+            s.compute(x.map_blocks(_sleepy, dtype=x.dtype, meta=np.empty((0,))).sum())
+        assert time.monotonic() - t0 < 1.0 + 5 + 5  # the kill, then within parallel.timeout (and slack)
+        assert "\n" not in str(e.value) and f"lost the scheduler at {address}" in str(e.value)
