@@ -22,6 +22,7 @@ import numpy as np
 from openclaw_dask.chunking import ChunkPlan, plan_chunks
 from openclaw_dask.config import Config, load_config
 from openclaw_dask.errors import OpenclawError
+from openclaw_dask.monitoring import RunMetrics, register_collector
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -81,6 +82,8 @@ class Session:
         self._dask_ctx: Any = None
         self._blas: Any = None
         self._levels: dict[str, int] = {}
+        self._collector: Any = None
+        self.metrics = RunMetrics()
         self.started = False
         self.closed = False
 
@@ -123,10 +126,15 @@ class Session:
             self._blas = threadpool_limits(limits=1)
         _OPEN.append(self)
         try:
+            if self.config.monitoring.prometheus:
+                _require_prometheus_client()
             if p.enabled:
                 self._handle = open_cluster(self.config)
                 # One mechanism for every backend, and it survives worker restarts.
                 self._handle.client.register_plugin(LogLevel(p.log_level))
+                self.metrics.target_workers = len(self.workers())
+                if self.config.monitoring.prometheus and self._handle.cluster is not None:
+                    self._collector = register_collector(self.metrics, self._handle.cluster.scheduler)
             logger.debug("session started: backend=%s enabled=%s", p.backend, p.enabled)
         except BaseException:
             self.close()
@@ -146,6 +154,10 @@ class Session:
             logger.warning("closing a session that is not the most recent one: dask settings restored may be stale")
         if self in _OPEN:
             _OPEN.remove(self)
+        if self._collector is not None:
+            from prometheus_client import REGISTRY
+
+            REGISTRY.unregister(self._collector)
         if self._handle is not None:
             if self._handle.cluster is None:  # remote: leave the user's workers as they were
                 with contextlib.suppress(Exception):
@@ -344,6 +356,7 @@ class Session:
             time.sleep(0.05)
         after = set(self.workers())
         handle.last_resize = time.monotonic()
+        self.metrics.resized(n)
         result = ResizeResult(len(before), n, time.perf_counter() - t0, sum(held[a] for a in before - after))
         logger.info("resized %d -> %d workers in %.2fs, %d bytes moved off retired workers", result.before, n, result.seconds, result.bytes_moved)
         return result
@@ -357,6 +370,17 @@ class ResizeResult:
     after: int
     seconds: float
     bytes_moved: int  # held by the retired workers, moved to the others before they closed
+
+
+def _require_prometheus_client() -> None:
+    import importlib.util
+
+    from openclaw_dask.errors import BackendUnavailable
+
+    if importlib.util.find_spec("prometheus_client") is None:
+        raise BackendUnavailable(
+            "monitoring.prometheus needs prometheus-client, which is not installed; run: pip install 'openclaw-dask[monitoring]'"
+        )
 
 
 def _bytes_per_worker(dask_scheduler: Any) -> dict[str, int]:
@@ -447,6 +471,7 @@ def session(config: str | os.PathLike[str] | Config | None = None, **overrides: 
     if config is None and not overrides and _ACTIVE:
         borrowed = Session(_ACTIVE[-1].config, owned=False)
         borrowed._handle = _ACTIVE[-1]._handle
+        borrowed.metrics = _ACTIVE[-1].metrics
         borrowed.started = True
         return borrowed
     if _in_spawned_bootstrap():

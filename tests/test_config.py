@@ -17,7 +17,7 @@ from openclaw_dask.config import (
     load_config,
 )
 from openclaw_dask.config.checks import NOT_YET
-from openclaw_dask.config.model import ElasticConfig, FaultToleranceConfig
+from openclaw_dask.config.model import ElasticConfig, FaultToleranceConfig, MonitoringConfig
 from openclaw_dask.config.schema import TYPED_SECTIONS
 from openclaw_dask.errors import ConfigError
 
@@ -42,7 +42,7 @@ def test_defaults_file_schema_and_dataclasses_agree():
     from_file = [f"{s}.{k}" for s in TYPED_SECTIONS for k in defaults[s]]
     assert from_file == [k.dotted for k in KEYS]
     assert list(defaults) == [*TYPED_SECTIONS, "dask"] and defaults["dask"] == {}
-    classes = (ParallelConfig, ClusterConfig, WorkloadConfig, ElasticConfig, FaultToleranceConfig)
+    classes = (ParallelConfig, ClusterConfig, WorkloadConfig, ElasticConfig, FaultToleranceConfig, MonitoringConfig)
     for section, cls in zip(TYPED_SECTIONS, classes):
         assert [f.name for f in dataclasses.fields(cls)] == [k.name for k in KEYS if k.section == section]
 
@@ -287,6 +287,8 @@ def test_not_yet_keys_are_refused_unless_at_default(key):
         ({"backend": "remote", "scheduler_address": "foo://127.0.0.1:1"}, "expected PROTOCOL://HOST:PORT"),
         ({"backend": "remote", "scheduler_address": "127.0.0.1:8786"}, "expected PROTOCOL://HOST:PORT"),
         ({"host": "::1"}, "IPv6 binds are not supported"),
+        ({"backend": "remote", "scheduler_address": "tcp://127.0.0.1:1", "prometheus": True}, "serves its own /metrics"),
+        ({"dashboard": "8790", "port": 8791}, "set only one"),
         ({"backend": "remote", "scheduler_address": "tcp://127.0.0.1:1", "communication": "ucx"}, "sets the protocol"),
         ({"host": "0.0.0.0"}, "non-loopback address without TLS"),
         ({"host": "example.org"}, "non-loopback address without TLS"),

@@ -39,8 +39,9 @@ def plan(config: Config) -> dict[str, Any]:
         "processes": processes,
         "protocol": protocol(config),
         "dashboard_address": dashboard_address(config, host),
-        # The HTTP server (health, metrics) runs even without a dashboard: keep it on loopback, any port.
-        "scheduler_kwargs": {"dashboard_address": dashboard_address(config, host) or f"{host}:0"},
+        # The HTTP server (health, metrics) runs even without a dashboard: on the bind host, and on
+        # monitoring.port or any free port.
+        "scheduler_kwargs": {"dashboard_address": dashboard_address(config, host) or f"{host}:{config.monitoring.port}"},
         "silence_logs": getattr(logging, p.log_level),
     }
     if c.memory_limit != "auto":

@@ -62,6 +62,6 @@ def dashboard_address(config: Config, host: str) -> str | None:
     if dash is False:
         return None
     if dash is True:
-        return f"{host}:0"
+        return f"{host}:{config.monitoring.port}"
     address, _, port = dash.rpartition(":")
     return f"{address or host}:{port}"

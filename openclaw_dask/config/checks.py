@@ -69,6 +69,11 @@ def check(config: Config) -> None:
         _check_remote(config)
     elif c.scheduler_address:
         raise _fail(config, "cluster.scheduler_address", f"used only with backend remote (backend is {p.backend}); remove it or set parallel.backend=remote")
+    m = config.monitoring
+    if m.prometheus and p.backend == "remote":
+        raise _fail(config, "monitoring.prometheus", "the remote scheduler serves its own /metrics (install prometheus-client where it runs); remove this here")
+    if m.port and isinstance(c.dashboard, str):
+        raise _fail(config, "monitoring.port", f"cluster.dashboard = {c.dashboard} already sets the HTTP server's address; set only one")
     if ":" in c.host:
         raise _fail(config, "cluster.host", "IPv6 binds are not supported in this build; use 127.0.0.1")
     if not c.allow_insecure_bind:

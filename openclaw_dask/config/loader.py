@@ -241,7 +241,8 @@ def load_config(
             raise ConfigError(f"{where}: {key.dotted} must be {e}, got {raw!r}") from None
 
     classes = {"parallel": model.ParallelConfig, "cluster": model.ClusterConfig, "workload": model.WorkloadConfig,
-               "elastic": model.ElasticConfig, "fault_tolerance": model.FaultToleranceConfig}
+               "elastic": model.ElasticConfig, "fault_tolerance": model.FaultToleranceConfig,
+               "monitoring": model.MonitoringConfig}
     config = Config(
         **{name: classes[name](**{k.name: values[k.dotted] for k in KEYS if k.section == name}) for name in TYPED_SECTIONS},
         dask=MappingProxyType(dask_cfg),

@@ -11,7 +11,7 @@ from typing import Any
 
 from openclaw_dask.config.schema import TYPED_SECTIONS, ChunkSize
 
-__all__ = ["ClusterConfig", "Config", "ElasticConfig", "FaultToleranceConfig", "ParallelConfig", "WorkloadConfig", "plain"]
+__all__ = ["ClusterConfig", "Config", "ElasticConfig", "FaultToleranceConfig", "MonitoringConfig", "ParallelConfig", "WorkloadConfig", "plain"]
 
 
 def plain(value: Any) -> Any:
@@ -82,12 +82,20 @@ class FaultToleranceConfig:
 
 
 @dataclass(frozen=True)
+class MonitoringConfig:
+    """Prometheus metrics served by the scheduler."""
+
+    prometheus: bool
+    port: int
+
+
+@dataclass(frozen=True)
 class Config:
     """The effective configuration.
 
     Attributes
     ----------
-    parallel, cluster, workload, elastic, fault_tolerance
+    parallel, cluster, workload, elastic, fault_tolerance, monitoring
         The typed sections.
     dask
         Passed unchanged to :mod:`dask.config` while a session runs (read-only mapping).
@@ -103,6 +111,7 @@ class Config:
     workload: WorkloadConfig
     elastic: ElasticConfig
     fault_tolerance: FaultToleranceConfig
+    monitoring: MonitoringConfig
     dask: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     path: Path | None = None

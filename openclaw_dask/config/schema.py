@@ -163,6 +163,12 @@ def _ratio(v: Any) -> float:
     raise Invalid("a number from 1 (no skew) to 1000")
 
 
+def _port(v: Any) -> int:
+    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 65535:
+        return v
+    raise Invalid("a TCP port from 1 to 65535, or 0 for a free one")
+
+
 def _optional_str(v: Any) -> str | None:
     if v is None or (isinstance(v, str) and v.strip()):
         return v.strip() if isinstance(v, str) else None
@@ -227,9 +233,12 @@ KEYS: tuple[Key, ...] = (
     # fault_tolerance: what a run survives
     Key("fault_tolerance", "retries", _int(0)),
     Key("fault_tolerance", "allowed_failures", _int(0)),
+    # monitoring: Prometheus metrics on the scheduler's HTTP server
+    Key("monitoring", "prometheus", _bool),
+    Key("monitoring", "port", _port),
 )
 
-TYPED_SECTIONS: tuple[str, ...] = ("parallel", "cluster", "workload", "elastic", "fault_tolerance")
+TYPED_SECTIONS: tuple[str, ...] = ("parallel", "cluster", "workload", "elastic", "fault_tolerance", "monitoring")
 SECTIONS: tuple[str, ...] = (*TYPED_SECTIONS, "dask")
 
 _BY_NAME = {k.name: k for k in KEYS}

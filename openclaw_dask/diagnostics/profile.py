@@ -51,4 +51,5 @@ def profile(session: Any, target: str | Path = "array-sum", *, script_args: tupl
     t0 = time.perf_counter()
     report = analyze(record, chunk_hint=getattr(result, "chunk_bytes", None))
     report.extra["analysis_s"] = time.perf_counter() - t0
+    session.metrics.profiled(report)
     return ProfileResult(report, record, result, exit_code)

@@ -87,6 +87,7 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
     expected = n * (n - 1) / 2
     sum_s = statistics.median(times)
     workers = session.workers()
+    session.metrics.workload("array-sum", tasks=len(chunks) * (1 + repeat), nbytes=n * 8 * repeat, gbps=n * 8 / sum_s / 1e9)
     return ArraySumResult(
         workload="array-sum",
         result=total,

@@ -1,0 +1,89 @@
+"""Run metrics a session keeps, and their Prometheus exposition (``monitoring.prometheus``).
+
+:class:`RunMetrics` is plain state, updated by workloads, the profiler and
+``resize_workers`` whether or not Prometheus is on. With ``monitoring.prometheus: true``
+a collector in ``prometheus_client``'s default registry turns it into ``openclaw_*``
+metrics; distributed's scheduler serves that registry at ``/metrics`` beside its own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["RunMetrics", "register_collector"]
+
+
+@dataclass
+class RunMetrics:
+    """What the session has done so far (thread-safe: scrapes run on the scheduler's thread)."""
+
+    target_workers: int = 0
+    resize_events: int = 0
+    runs: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    tasks: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    bytes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    last_gbps: dict[str, float] = field(default_factory=dict)
+    imbalance: float | None = None
+    verdicts: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def workload(self, name: str, *, tasks: int, nbytes: int, gbps: float) -> None:
+        with self.lock:
+            self.runs[name] += 1
+            self.tasks[name] += tasks
+            self.bytes[name] += nbytes
+            self.last_gbps[name] = gbps
+
+    def profiled(self, report: Any) -> None:
+        with self.lock:
+            self.imbalance = report.imbalance["max_over_mean"]
+            self.verdicts = {k: sum(v.kind == k for v in report.verdicts) for k in report.kinds()}
+
+    def resized(self, n: int) -> None:
+        with self.lock:
+            self.resize_events += 1
+            self.target_workers = n
+
+
+def register_collector(metrics: RunMetrics, scheduler: Any) -> Any:
+    """Register ``openclaw_*`` metrics for ``metrics`` and the in-process ``scheduler``; returns the collector."""
+    from prometheus_client import REGISTRY
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    class OpenclawCollector:
+        def collect(self):
+            workers = list(scheduler.workers.values())  # read on the scheduler's own thread: no RPC
+            yield GaugeMetricFamily("openclaw_workers", "Workers connected to the scheduler", value=len(workers))
+            yield GaugeMetricFamily("openclaw_threads", "Task threads over all workers", value=sum(w.nthreads for w in workers))
+            with metrics.lock:
+                yield GaugeMetricFamily("openclaw_target_workers", "Workers last asked for (start or resize_workers)",
+                                        value=metrics.target_workers)
+                yield CounterMetricFamily("openclaw_resize_events", "resize_workers calls that changed the cluster",
+                                          value=metrics.resize_events)
+                for name, help_text, values in (
+                    ("openclaw_workload_runs", "Built-in workload runs", metrics.runs),
+                    ("openclaw_workload_tasks", "Tasks processed by built-in workloads", metrics.tasks),
+                    ("openclaw_workload_bytes", "Bytes processed by built-in workloads", metrics.bytes),
+                ):
+                    family = CounterMetricFamily(name, help_text, labels=["workload"])
+                    for workload, value in values.items():
+                        family.add_metric([workload], value)
+                    yield family
+                gbps = GaugeMetricFamily("openclaw_workload_last_gbps", "GB/s of the last run", labels=["workload"])
+                for workload, value in metrics.last_gbps.items():
+                    gbps.add_metric([workload], value)
+                yield gbps
+                if metrics.imbalance is not None:
+                    yield GaugeMetricFamily("openclaw_profile_imbalance", "Busiest lane over the mean lane, last profile",
+                                            value=metrics.imbalance)
+                verdicts = GaugeMetricFamily("openclaw_profile_verdicts", "Verdicts of the last profile", labels=["kind"])
+                for kind, count in metrics.verdicts.items():
+                    verdicts.add_metric([kind], count)
+                yield verdicts
+
+    collector = OpenclawCollector()
+    REGISTRY.register(collector)
+    return collector
