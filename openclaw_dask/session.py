@@ -133,6 +133,10 @@ class Session:
                 # One mechanism for every backend, and it survives worker restarts.
                 self._handle.client.register_plugin(LogLevel(p.log_level))
                 self.metrics.target_workers = len(self.workers())
+                if self.config.elastic.adaptive:
+                    from openclaw_dask.cluster.adaptive import adapt
+
+                    adapt(self._handle.cluster, self.config)
                 if self.config.monitoring.prometheus and self._handle.cluster is not None:
                     self._collector = register_collector(self.metrics, self._handle.cluster.scheduler)
             logger.debug("session started: backend=%s enabled=%s", p.backend, p.enabled)
@@ -338,6 +342,8 @@ class Session:
                    "remote": "belongs to whoever started dask scheduler and dask worker (start or stop workers there)",
                    "serial": "has no cluster"}.get(backend, "cannot be resized")
             raise ResizeError(f"resize_workers({n}) refused: backend {backend} {why}; use backend process to resize")
+        if self.config.elastic.adaptive:
+            raise ResizeError(f"resize_workers({n}) refused: elastic.adaptive is on and sizes the cluster itself; turn it off to resize by hand")
         handle, cooldown = self._handle, self.config.elastic.cooldown
         since = time.monotonic() - handle.last_resize if handle.last_resize is not None else None
         if since is not None and since < cooldown and not force:

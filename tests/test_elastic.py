@@ -139,3 +139,30 @@ def test_losing_the_scheduler_is_one_clear_error_within_the_timeout(dask_schedul
             s.compute(x.map_blocks(_sleepy, dtype=x.dtype, meta=np.empty((0,))).sum())
         assert time.monotonic() - t0 < 1.0 + 5 + 5  # the kill, then within parallel.timeout (and slack)
         assert "\n" not in str(e.value) and f"lost the scheduler at {address}" in str(e.value)
+
+
+def test_adaptive_scales_up_for_queued_work_and_back_down(caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="openclaw_dask")
+    overrides = {"backend": "process", "workers": 1, "log_level": "INFO", "adaptive": True, "min_workers": 1, "max_workers": 2, "interval": "200ms", "cooldown": "1s"}
+    with openclaw_dask.session(**overrides) as s:
+        assert len(s.workers()) == 1
+        with pytest.raises(ResizeError, match="adaptive is on"):
+            s.resize_workers(2, force=True)
+        futures = s.client.map(_sleep_then, [0.4] * 30, pure=False)
+        deadline = time.monotonic() + 30
+        while len(s.workers()) < 2:
+            assert time.monotonic() < deadline, "adaptive did not add a worker for 30 queued tasks"
+            time.sleep(0.1)
+        assert sum(s.client.gather(futures)) == 30
+        deadline = time.monotonic() + 30
+        while len(s.workers()) > 1:
+            assert time.monotonic() < deadline, "adaptive did not retire the idle worker"
+            time.sleep(0.1)
+    assert "adaptive: up to 2 workers" in caplog.text and "adaptive: retiring 1 idle worker" in caplog.text
+
+
+def _sleep_then(seconds):
+    time.sleep(seconds)
+    return 1

@@ -69,6 +69,16 @@ def check(config: Config) -> None:
         _check_remote(config)
     elif c.scheduler_address:
         raise _fail(config, "cluster.scheduler_address", f"used only with backend remote (backend is {p.backend}); remove it or set parallel.backend=remote")
+    e = config.elastic
+    if e.adaptive:
+        if p.backend != "process":
+            raise _fail(config, "elastic.adaptive", f"adaptive scaling starts and stops worker processes: use backend process (backend is {p.backend})")
+        if e.max_workers != "auto" and e.max_workers < e.min_workers:
+            raise _fail(config, "elastic.max_workers", f"below elastic.min_workers = {e.min_workers}")
+    else:
+        for dotted, default in (("elastic.min_workers", 1), ("elastic.max_workers", "auto"), ("elastic.interval", 1.0)):
+            if config.get(dotted) != default:
+                raise _fail(config, dotted, "used only with elastic.adaptive: true; set that too, or remove this key")
     m = config.monitoring
     if m.prometheus and p.backend == "remote":
         raise _fail(config, "monitoring.prometheus", "the remote scheduler serves its own /metrics (install prometheus-client where it runs); remove this here")

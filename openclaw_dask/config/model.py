@@ -68,9 +68,13 @@ class WorkloadConfig:
 
 @dataclass(frozen=True)
 class ElasticConfig:
-    """Run-time resizing (``Session.resize_workers``)."""
+    """Run-time resizing: ``Session.resize_workers`` and adaptive scaling."""
 
     cooldown: float
+    adaptive: bool
+    min_workers: int
+    max_workers: int | str
+    interval: float
 
 
 @dataclass(frozen=True)

@@ -230,6 +230,10 @@ KEYS: tuple[Key, ...] = (
     Key("workload", "straggler", lambda v: _duration(v, zero=True)),
     # elastic: run-time resizing
     Key("elastic", "cooldown", lambda v: _duration(v, zero=True)),
+    Key("elastic", "adaptive", _bool),
+    Key("elastic", "min_workers", _int(1)),
+    Key("elastic", "max_workers", _int(1, auto=True)),
+    Key("elastic", "interval", _duration),
     # fault_tolerance: what a run survives
     Key("fault_tolerance", "retries", _int(0)),
     Key("fault_tolerance", "allowed_failures", _int(0)),
