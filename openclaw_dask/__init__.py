@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from openclaw_dask.chunking import ChunkPlan, plan_chunks
 from openclaw_dask.config import Config, load_config
+from openclaw_dask.elastic import ResizeResult
 from openclaw_dask.errors import (
     BackendUnavailable,
     ClusterStartError,
@@ -21,7 +22,7 @@ from openclaw_dask.errors import (
     ResultMismatch,
     RunError,
 )
-from openclaw_dask.session import ResizeResult, Session, resize_workers, session
+from openclaw_dask.session import Session, resize_workers, session
 
 try:
     __version__ = version("openclaw-dask")

@@ -14,13 +14,13 @@ import multiprocessing
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from openclaw_dask.chunking import ChunkPlan, plan_chunks
 from openclaw_dask.config import Config, load_config
+from openclaw_dask.elastic import ResizeResult, resize
 from openclaw_dask.errors import OpenclawError
 from openclaw_dask.monitoring import RunMetrics, register_collector
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from openclaw_dask.cluster import ClusterHandle
 
-__all__ = ["FILLS", "ResizeResult", "Session", "active_session", "resize_workers", "session"]
+__all__ = ["FILLS", "Session", "active_session", "resize_workers", "session"]
 
 logger = logging.getLogger("openclaw_dask.session")
 _ACTIVE: list[Session] = []  # sessions the CLI started for a script, innermost last
@@ -328,54 +328,10 @@ class Session:
         Raises
         ------
         ResizeError
-            Inside the cooldown, or on a backend that cannot resize (thread, remote, serial).
+            Inside the cooldown, on a backend that cannot resize (thread, remote, serial),
+            or while ``elastic.adaptive`` sizes the cluster.
         """
-        import time
-
-        from openclaw_dask.errors import ResizeError
-
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ResizeError(f"resize_workers({n!r}): the number of workers must be an integer >= 1")
-        backend = self.config.parallel.backend if self.config.parallel.enabled else "serial"
-        if backend != "process" or self._handle is None or self._handle.cluster is None:
-            why = {"thread": "runs one in-process worker (change parallel.workers instead)",
-                   "remote": "belongs to whoever started dask scheduler and dask worker (start or stop workers there)",
-                   "serial": "has no cluster"}.get(backend, "cannot be resized")
-            raise ResizeError(f"resize_workers({n}) refused: backend {backend} {why}; use backend process to resize")
-        if self.config.elastic.adaptive:
-            raise ResizeError(f"resize_workers({n}) refused: elastic.adaptive is on and sizes the cluster itself; turn it off to resize by hand")
-        handle, cooldown = self._handle, self.config.elastic.cooldown
-        since = time.monotonic() - handle.last_resize if handle.last_resize is not None else None
-        if since is not None and since < cooldown and not force:
-            raise ResizeError(
-                f"resize_workers({n}) refused: the last resize was {since:.0f}s ago and elastic.cooldown is {cooldown:g}s "
-                f"(resizing moves data); wait {cooldown - since:.0f}s, pass force=True, or lower elastic.cooldown"
-            )
-        held = self.client.run_on_scheduler(_bytes_per_worker)
-        before = set(held)
-        t0 = time.perf_counter()
-        handle.cluster.scale(n)  # shrinking retires workers first: their data moves, then they close
-        deadline = time.monotonic() + self.config.parallel.timeout
-        while len(self.workers()) != n:
-            if time.monotonic() > deadline:
-                raise ResizeError(f"resize_workers({n}): the cluster has {len(self.workers())} workers after {self.config.parallel.timeout:g}s")
-            time.sleep(0.05)
-        after = set(self.workers())
-        handle.last_resize = time.monotonic()
-        self.metrics.resized(n)
-        result = ResizeResult(len(before), n, time.perf_counter() - t0, sum(held[a] for a in before - after))
-        logger.info("resized %d -> %d workers in %.2fs, %d bytes moved off retired workers", result.before, n, result.seconds, result.bytes_moved)
-        return result
-
-
-@dataclass(frozen=True)
-class ResizeResult:
-    """What :meth:`Session.resize_workers` changed."""
-
-    before: int
-    after: int
-    seconds: float
-    bytes_moved: int  # held by the retired workers, moved to the others before they closed
+        return resize(self, n, force=force)
 
 
 def _require_prometheus_client() -> None:
@@ -387,10 +343,6 @@ def _require_prometheus_client() -> None:
         raise BackendUnavailable(
             "monitoring.prometheus needs prometheus-client, which is not installed; run: pip install 'openclaw-dask[monitoring]'"
         )
-
-
-def _bytes_per_worker(dask_scheduler: Any) -> dict[str, int]:
-    return {ws.address: ws.nbytes for ws in dask_scheduler.workers.values()}
 
 
 @contextlib.contextmanager
