@@ -42,11 +42,12 @@ def _friendly(func):
     return wrapper
 
 
-def _load(config_path: str | None, sets: tuple[str, ...], extra: dict[str, Any] | None = None):
+def _load(config_path: str | None, sets: tuple[str, ...], size: str | None = None):
     from openclaw_dask.config import load_config, parse_assignment
 
     overrides = dict(parse_assignment(s) for s in sets)
-    overrides.update(extra or {})
+    if size is not None:
+        overrides["workload.size"] = size
     return load_config(config_path, overrides, override_label="--set")
 
 
@@ -176,7 +177,7 @@ def run(target: str, script_args: tuple[str, ...], config_path: str | None, sets
     with no arguments returns the session started here.
     """
     is_script = _resolve_target(target, script_args)
-    cfg = _load(config_path, sets, {"workload.size": size} if size is not None else None)
+    cfg = _load(config_path, sets, size)
     show = not as_json and sys.stderr.isatty()
     if is_script:
         _run_script(cfg, Path(target), script_args, as_json)
@@ -224,7 +225,7 @@ def profile(target: str, script_args: tuple[str, ...], config_path: str | None, 
 
     is_script = _resolve_target(target, script_args)
     _writable_parent(html_path)
-    cfg = _load(config_path, sets, {"workload.size": size} if size is not None else None)
+    cfg = _load(config_path, sets, size)
     with Session(cfg).start() as s:
         result = run_profile(s, target, script_args=script_args, progress=not as_json and sys.stderr.isatty())
     if html_path:

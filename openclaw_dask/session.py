@@ -13,7 +13,6 @@ import logging
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -322,7 +321,8 @@ class Session:
 
         Growing waits until the new workers have joined (up to ``parallel.timeout``).
         Shrinking retires workers gracefully: the data only they hold is moved to the
-        others first, so nothing is recomputed. A call within ``elastic.cooldown`` of the
+        others first, so it need not be recomputed (docs/reliability.md has how often
+        distributed still loses a chunk). A call within ``elastic.cooldown`` of the
         previous resize is refused unless ``force=True``, because resizing moves data.
 
         Raises
@@ -392,7 +392,7 @@ def active_session() -> Session | None:
     return _ACTIVE[-1] if _ACTIVE else None
 
 
-@contextmanager
+@contextlib.contextmanager
 def activated(s: Session) -> Iterator[Session]:
     """Make ``s`` what ``session()`` with no arguments returns, for the duration."""
     _ACTIVE.append(s)
