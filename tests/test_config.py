@@ -17,7 +17,7 @@ from openclaw_dask.config import (
     load_config,
 )
 from openclaw_dask.config.checks import NOT_YET
-from openclaw_dask.config.model import ElasticConfig, FaultToleranceConfig, MonitoringConfig
+from openclaw_dask.config.model import ElasticConfig, FaultToleranceConfig, MonitoringConfig, SecurityConfig
 from openclaw_dask.config.schema import TYPED_SECTIONS
 from openclaw_dask.errors import ConfigError
 
@@ -42,7 +42,7 @@ def test_defaults_file_schema_and_dataclasses_agree():
     from_file = [f"{s}.{k}" for s in TYPED_SECTIONS for k in defaults[s]]
     assert from_file == [k.dotted for k in KEYS]
     assert list(defaults) == [*TYPED_SECTIONS, "dask"] and defaults["dask"] == {}
-    classes = (ParallelConfig, ClusterConfig, WorkloadConfig, ElasticConfig, FaultToleranceConfig, MonitoringConfig)
+    classes = (ParallelConfig, ClusterConfig, WorkloadConfig, ElasticConfig, FaultToleranceConfig, MonitoringConfig, SecurityConfig)
     for section, cls in zip(TYPED_SECTIONS, classes):
         assert [f.name for f in dataclasses.fields(cls)] == [k.name for k in KEYS if k.section == section]
 
@@ -253,6 +253,13 @@ _NON_DEFAULT = {
     "parallel.gpu_memory_fraction": 0.5,
     "parallel.socket_buffer_size": "4MiB",
     "parallel.rdma": True,
+    "parallel.communication_strict": True,
+    "cluster.preload": ["mymodule"],
+    "security.temporary_certificates": True,
+    "security.ca_file": "ca.pem",
+    "security.cert_file": "cert.pem",
+    "security.key_file": "key.pem",
+    "security.require_encryption": True,
 }
 
 

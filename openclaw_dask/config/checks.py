@@ -28,6 +28,13 @@ NOT_YET: dict[str, Any] = {
     "parallel.gpu_memory_fraction": 0.7,
     "parallel.socket_buffer_size": None,
     "parallel.rdma": False,
+    "parallel.communication_strict": False,
+    "cluster.preload": (),
+    "security.temporary_certificates": False,
+    "security.ca_file": None,
+    "security.cert_file": None,
+    "security.key_file": None,
+    "security.require_encryption": False,
 }
 
 
@@ -115,4 +122,6 @@ def _yaml(value: Any) -> str:
     """Show a value as it would be written in the YAML file."""
     if value is None:
         return "null"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(value) + "]"
     return str(value).lower() if isinstance(value, bool) else str(value)

@@ -242,7 +242,7 @@ def load_config(
 
     classes = {"parallel": model.ParallelConfig, "cluster": model.ClusterConfig, "workload": model.WorkloadConfig,
                "elastic": model.ElasticConfig, "fault_tolerance": model.FaultToleranceConfig,
-               "monitoring": model.MonitoringConfig}
+               "monitoring": model.MonitoringConfig, "security": model.SecurityConfig}
     config = Config(
         **{name: classes[name](**{k.name: values[k.dotted] for k in KEYS if k.section == name}) for name in TYPED_SECTIONS},
         dask=MappingProxyType(dask_cfg),

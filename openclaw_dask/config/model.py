@@ -11,11 +11,13 @@ from typing import Any
 
 from openclaw_dask.config.schema import TYPED_SECTIONS, ChunkSize
 
-__all__ = ["ClusterConfig", "Config", "ElasticConfig", "FaultToleranceConfig", "MonitoringConfig", "ParallelConfig", "WorkloadConfig", "plain"]
+__all__ = ["ClusterConfig", "Config", "ElasticConfig", "FaultToleranceConfig", "MonitoringConfig", "ParallelConfig", "SecurityConfig", "WorkloadConfig", "plain"]
 
 
 def plain(value: Any) -> Any:
     """A JSON- and table-friendly form of a config value (sizes and chunk sizes as text)."""
+    if isinstance(value, tuple):
+        return [plain(v) for v in value]
     return value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
 
 
@@ -28,6 +30,7 @@ class ParallelConfig:
     workers: int | str
     strategy: str
     communication: str
+    communication_strict: bool
     task_chunk_size: ChunkSize
     fusion_buffer_size: int | None
     mpi_shared_memory: bool
@@ -54,6 +57,7 @@ class ClusterConfig:
     allow_insecure_bind: bool
     dashboard: str | bool
     memory_limit: int | str
+    preload: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -94,12 +98,27 @@ class MonitoringConfig:
 
 
 @dataclass(frozen=True)
+class SecurityConfig:
+    """TLS certificates for the scheduler, workers and client."""
+
+    temporary_certificates: bool
+    ca_file: str | None
+    cert_file: str | None
+    key_file: str | None
+    require_encryption: bool
+
+    @property
+    def enabled(self) -> bool:
+        return self.temporary_certificates or self.cert_file is not None
+
+
+@dataclass(frozen=True)
 class Config:
     """The effective configuration.
 
     Attributes
     ----------
-    parallel, cluster, workload, elastic, fault_tolerance, monitoring
+    parallel, cluster, workload, elastic, fault_tolerance, monitoring, security
         The typed sections.
     dask
         Passed unchanged to :mod:`dask.config` while a session runs (read-only mapping).
@@ -116,6 +135,7 @@ class Config:
     elastic: ElasticConfig
     fault_tolerance: FaultToleranceConfig
     monitoring: MonitoringConfig
+    security: SecurityConfig
     dask: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     path: Path | None = None

@@ -181,6 +181,14 @@ def _str(v: Any) -> str:
     raise Invalid("a non-empty string")
 
 
+def _str_list(v: Any) -> tuple[str, ...]:
+    if isinstance(v, str) and v.strip():
+        return (v.strip(),)
+    if isinstance(v, (list, tuple)) and all(isinstance(x, str) and x.strip() for x in v):
+        return tuple(x.strip() for x in v)
+    raise Invalid("a list of module names or .py files, e.g. [mypackage.setup]")
+
+
 def _dashboard(v: Any) -> str | bool:
     if isinstance(v, bool):
         return v
@@ -202,6 +210,7 @@ KEYS: tuple[Key, ...] = (
     Key("parallel", "workers", _int(1, auto=True)),
     Key("parallel", "strategy", _choice("data", "model", "pipeline")),
     Key("parallel", "communication", _choice(*COMMUNICATIONS)),
+    Key("parallel", "communication_strict", _bool),
     Key("parallel", "task_chunk_size", _chunk_size),
     Key("parallel", "fusion_buffer_size", _size(none=True)),
     Key("parallel", "mpi_shared_memory", _bool),
@@ -223,6 +232,7 @@ KEYS: tuple[Key, ...] = (
     Key("cluster", "allow_insecure_bind", _bool),
     Key("cluster", "dashboard", _dashboard),
     Key("cluster", "memory_limit", _size(auto=True)),
+    Key("cluster", "preload", _str_list),
     # workload: built-in jobs
     Key("workload", "size", _size()),
     Key("workload", "repeat", _int(1)),
@@ -240,9 +250,15 @@ KEYS: tuple[Key, ...] = (
     # monitoring: Prometheus metrics on the scheduler's HTTP server
     Key("monitoring", "prometheus", _bool),
     Key("monitoring", "port", _port),
+    # security: TLS between client, scheduler and workers
+    Key("security", "temporary_certificates", _bool),
+    Key("security", "ca_file", _optional_str),
+    Key("security", "cert_file", _optional_str),
+    Key("security", "key_file", _optional_str),
+    Key("security", "require_encryption", _bool),
 )
 
-TYPED_SECTIONS: tuple[str, ...] = ("parallel", "cluster", "workload", "elastic", "fault_tolerance", "monitoring")
+TYPED_SECTIONS: tuple[str, ...] = ("parallel", "cluster", "workload", "elastic", "fault_tolerance", "monitoring", "security")
 SECTIONS: tuple[str, ...] = (*TYPED_SECTIONS, "dask")
 
 _BY_NAME = {k.name: k for k in KEYS}
