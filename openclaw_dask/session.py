@@ -94,25 +94,14 @@ class Session:
         import distributed  # noqa: F401  (its defaults must be in dask.config before keys under them are set)
 
         from openclaw_dask.cluster import open_cluster
-        from openclaw_dask.cluster.network import bind_host
         from openclaw_dask.cluster.plugins import LOGGERS, LogLevel
+        from openclaw_dask.cluster.settings import dask_settings
 
         if self.started:
             raise OpenclawError("this session was started already; make a new one with openclaw_dask.session()")
         self.started = True
         p = self.config.parallel
-        settings: dict[str, Any] = {
-            "distributed.comm.timeouts.connect": f"{p.timeout}s",
-            # distributed's TCP keep-alive needs >= 11 s (10 probes + 1): a lower value cannot start
-            "distributed.comm.timeouts.tcp": f"{max(p.timeout, 11.0)}s",
-            "distributed.scheduler.allowed-failures": self.config.fault_tolerance.allowed_failures,
-        }
-        if p.enabled and p.backend == "thread":
-            # inproc addresses carry the machine's IP, not the host the dashboard binds
-            settings["distributed.dashboard.link"] = "{scheme}://" + bind_host(self.config) + ":{port}/status"
-        settings.update(self.config.dask)
-        if not p.enabled:
-            settings["scheduler"] = "sync"
+        settings = dask_settings(self.config)
         self._levels = {name: logging.getLogger(name).level for name in LOGGERS}
         for name in LOGGERS:
             logging.getLogger(name).setLevel(p.log_level)
