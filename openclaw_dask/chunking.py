@@ -38,7 +38,7 @@ from openclaw_dask.config.schema import ChunkSize
 __all__ = ["MAX_AUTO_CHUNK", "MIN_AUTO_CHUNK", "TASK_OVERHEAD_S", "ChunkPlan", "plan_chunks"]
 
 # Fixed cost of one extra task, seconds: measured by benchmarks/array_sum_chunks.py (docs/benchmarks.md).
-TASK_OVERHEAD_S = {"sync": 0.00015, "thread": 0.0008, "process": 0.0008, "remote": 0.0008}
+TASK_OVERHEAD_S = {"sync": 0.00015, "thread": 0.0008, "process": 0.0008, "remote": 0.0008, "mpi": 0.0008}
 _STREAM_BYTES_PER_S = 13.5e9  # one thread summing float64 from memory
 _OVERHEAD_FACTOR = 20  # work per task >= 20 x overhead, i.e. overhead <= 5%
 MIN_AUTO_CHUNK = {  # whole MiB, between 4 MiB and 256 MiB
@@ -91,7 +91,7 @@ def _auto_target(total: int, itemsize: int, slots: int, backend: str, worker_mem
     if target > cap:
         target = cap
         steps.append(f"lowered to {format_bytes(cap)} (memory per thread / 4)")
-    share = math.ceil(total / slots)
+    share = math.ceil(total / itemsize / slots) * itemsize  # whole elements, so exactly one chunk per slot
     if target > share:
         target = share
         steps.append(f"lowered to {format_bytes(share)} (one chunk per slot)")

@@ -319,11 +319,61 @@ def _run_script(cfg: Any, path: Path, args: tuple[str, ...], as_json: bool) -> N
     with Session(cfg).start() as s:
         exit_code = run_script(s, path, args)
         workers = len(s.workers()) or 1
+        recovery = s.recovery()  # the session is this run's alone: its counts are the run's
     if as_json:
-        click.echo(json.dumps({"script": str(path), "ok": exit_code == 0, "exit_code": exit_code, "wall_s": time.perf_counter() - t0, "backend": cfg.parallel.backend, "workers": workers}))
+        click.echo(json.dumps({"script": str(path), "ok": exit_code == 0, "exit_code": exit_code, "wall_s": time.perf_counter() - t0, "backend": cfg.parallel.backend, "workers": workers,
+                               "workers_lost": recovery.workers_lost, "tasks_recomputed": recovery.tasks_recomputed, "failures_recovered": recovery.failures_recovered}))
+    elif recovery.workers_lost:  # the script's own output is on stdout; this is openclaw's
+        from openclaw_dask.diagnostics.terminal import recovery_line
+
+        click.echo(f"openclaw: {recovery_line(recovery.workers_lost, recovery.tasks_recomputed, recovery.failures_recovered)}", err=True)
     if exit_code:
         sys.exit(exit_code)
 
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+
+_DRY_RUN = click.option("--dry-run", is_flag=True, help="Print the command (and the dask settings it passes) instead of running it.")
+
+
+def _exec(cmd: Any, dry_run: bool) -> None:
+    import os
+    import shlex
+
+    if dry_run:
+        click.echo(shlex.join(cmd.argv))
+        for key, value in cmd.settings.items():
+            click.echo(f"  dask config {key} = {value}")
+        return
+    sys.stdout.flush()
+    os.execve(cmd.argv[0], cmd.argv, cmd.env) if os.path.isabs(cmd.argv[0]) else os.execvpe(cmd.argv[0], cmd.argv, cmd.env)
+
+
+@main.command()
+@config_option
+@set_option
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="Default: the port of cluster.scheduler_address, else 8786.")
+@click.option("--scheduler-file", default=None, type=click.Path(dir_okay=False), help="Write the scheduler's address here.")
+@_DRY_RUN
+@_friendly
+def scheduler(config_path: str | None, sets: tuple[str, ...], port: int | None, scheduler_file: str | None, dry_run: bool) -> None:
+    """Run a dask scheduler shaped by the config (host or interface, protocol, TLS, timeouts, preloads)."""
+    from openclaw_dask.cluster.deploy import scheduler_command
+
+    _exec(scheduler_command(_load(config_path, sets), port=port, scheduler_file=scheduler_file), dry_run)
+
+
+@main.command()
+@click.argument("address", required=False, default=None)
+@config_option
+@set_option
+@click.option("--scheduler-file", default=None, type=click.Path(dir_okay=False), help="Read the scheduler's address from here.")
+@_DRY_RUN
+@_friendly
+def worker(address: str | None, config_path: str | None, sets: tuple[str, ...], scheduler_file: str | None, dry_run: bool) -> None:
+    """Run parallel.workers dask worker processes for the scheduler at ADDRESS (default: cluster.scheduler_address)."""
+    from openclaw_dask.cluster.deploy import worker_command
+
+    _exec(worker_command(_load(config_path, sets), address, scheduler_file=scheduler_file), dry_run)

@@ -32,6 +32,7 @@ def resize(session: Any, n: int, *, force: bool = False) -> ResizeResult:
     if backend != "process" or session._handle is None or session._handle.cluster is None:
         why = {"thread": "runs one in-process worker (change parallel.workers instead)",
                "remote": "belongs to whoever started dask scheduler and dask worker (start or stop workers there)",
+               "mpi": "runs on MPI ranks, and MPI fixes its ranks when mpirun starts (dask-mpi cannot add or remove one)",
                "serial": "has no cluster"}.get(backend, "cannot be resized")
         raise ResizeError(f"resize_workers({n}) refused: backend {backend} {why}; use backend process to resize")
     if session.config.elastic.adaptive:

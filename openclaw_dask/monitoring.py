@@ -4,6 +4,8 @@
 ``resize_workers`` whether or not Prometheus is on. With ``monitoring.prometheus: true``
 a collector in ``prometheus_client``'s default registry turns it into ``openclaw_*``
 metrics; distributed's scheduler serves that registry at ``/metrics`` beside its own.
+The recovery counts (``workers_lost``, ``tasks_recomputed``, ``failures_recovered``)
+come from a scheduler plugin, :mod:`openclaw_dask.recovery`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,34 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RunMetrics", "register_collector"]
+__all__ = ["Recovery", "RunMetrics", "register_collector"]
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """Worker losses and what they cost, as counted on the scheduler (see :mod:`openclaw_dask.recovery`).
+
+    Attributes
+    ----------
+    workers_lost : int or None
+        Workers that left without being retired. ``None``: unknown (a remote
+        scheduler without openclaw_dask).
+    tasks_recomputed : int or None
+        Task runs the losses forced.
+    failures_recovered : int or None
+        Losses whose tasks all came back without an error.
+    """
+
+    workers_lost: int | None = 0
+    tasks_recomputed: int | None = 0
+    failures_recovered: int | None = 0
+
+    def since(self, before: Recovery) -> Recovery:
+        """What happened between ``before`` and this snapshot (``None`` stays unknown)."""
+        def minus(a: int | None, b: int | None) -> int | None:
+            return None if a is None or b is None else a - b
+
+        return Recovery(*(minus(getattr(self, f), getattr(before, f)) for f in ("workers_lost", "tasks_recomputed", "failures_recovered")))
 
 
 @dataclass
@@ -28,6 +57,9 @@ class RunMetrics:
     last_gbps: dict[str, float] = field(default_factory=dict)
     imbalance: float | None = None
     verdicts: dict[str, int] = field(default_factory=dict)
+    workers_lost: int | None = 0  # None: unknown (remote scheduler without openclaw_dask)
+    tasks_recomputed: int | None = 0
+    failures_recovered: int | None = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def workload(self, name: str, *, tasks: int, nbytes: int, gbps: float) -> None:
@@ -46,6 +78,25 @@ class RunMetrics:
         with self.lock:
             self.resize_events += 1
             self.target_workers = n
+
+    def add_recovery(self, **deltas: int) -> None:
+        """Add to ``workers_lost``, ``tasks_recomputed``, ``failures_recovered`` (the scheduler plugin calls this)."""
+        with self.lock:
+            for name, delta in deltas.items():
+                value = getattr(self, name)
+                if value is not None:
+                    setattr(self, name, value + delta)
+
+    def set_recovery(self, counts: dict[str, int] | None) -> None:
+        """Replace the recovery counts with those read from a remote scheduler (``None``: unknown)."""
+        with self.lock:
+            for name in ("workers_lost", "tasks_recomputed", "failures_recovered"):
+                setattr(self, name, None if counts is None else counts[name])
+
+    def recovery(self) -> Recovery:
+        """A snapshot of the recovery counts."""
+        with self.lock:
+            return Recovery(self.workers_lost, self.tasks_recomputed, self.failures_recovered)
 
 
 def register_collector(metrics: RunMetrics, scheduler: Any) -> Any:
@@ -79,6 +130,15 @@ def register_collector(metrics: RunMetrics, scheduler: Any) -> Any:
                 if metrics.imbalance is not None:
                     yield GaugeMetricFamily("openclaw_profile_imbalance", "Busiest lane over the mean lane, last profile",
                                             value=metrics.imbalance)
+                for name, help_text, value in (
+                    ("openclaw_workers_lost", "Workers that left without being retired (killed, crashed, cut off)",
+                     metrics.workers_lost),
+                    ("openclaw_tasks_recomputed", "Task runs that lost workers forced", metrics.tasks_recomputed),
+                    ("openclaw_failures_recovered", "Worker losses whose tasks all came back without an error",
+                     metrics.failures_recovered),
+                ):
+                    if value is not None:
+                        yield CounterMetricFamily(name, help_text, value=value)
                 verdicts = GaugeMetricFamily("openclaw_profile_verdicts", "Verdicts of the last profile", labels=["kind"])
                 for kind, count in metrics.verdicts.items():
                     verdicts.add_metric([kind], count)

@@ -21,7 +21,7 @@ from openclaw_dask.chunking import ChunkPlan, plan_chunks
 from openclaw_dask.config import Config, load_config
 from openclaw_dask.elastic import ResizeResult, resize
 from openclaw_dask.errors import OpenclawError
-from openclaw_dask.monitoring import RunMetrics, register_collector
+from openclaw_dask.monitoring import Recovery, RunMetrics, register_collector
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -82,6 +82,7 @@ class Session:
         self._blas: Any = None
         self._levels: dict[str, int] = {}
         self._collector: Any = None
+        self._recovery: Any = None  # RecoveryWatch: lost workers and recomputed tasks, counted on the scheduler
         self.metrics = RunMetrics()
         self.started = False
         self.closed = False
@@ -94,7 +95,7 @@ class Session:
         import distributed  # noqa: F401  (its defaults must be in dask.config before keys under them are set)
 
         from openclaw_dask.cluster import open_cluster
-        from openclaw_dask.cluster.plugins import LOGGERS, LogLevel
+        from openclaw_dask.cluster.plugins import LOGGERS, BlasThreads, LogLevel, blas_threads
         from openclaw_dask.cluster.settings import dask_settings
 
         if self.started:
@@ -106,6 +107,10 @@ class Session:
         for name in LOGGERS:
             logging.getLogger(name).setLevel(p.log_level)
         self._dask_ctx = dask.config.set(settings)
+        if p.enabled and p.socket_buffer_size is not None:
+            from openclaw_dask.cluster.sockets import install
+
+            install()  # the client starts no server, so no preload reaches this process
         if not p.enabled or p.backend == "thread":
             # Tasks run in this process: one BLAS/OpenMP thread each, so task threads never
             # oversubscribe the cores (process workers get the same from distributed's nanny).
@@ -120,7 +125,12 @@ class Session:
                 self._handle = open_cluster(self.config)
                 # One mechanism for every backend, and it survives worker restarts.
                 self._handle.client.register_plugin(LogLevel(p.log_level))
+                if p.backend in ("process", "mpi"):
+                    self._handle.client.register_plugin(BlasThreads(blas_threads(self.config)))
                 self.metrics.target_workers = len(self.workers())
+                from openclaw_dask.recovery import RecoveryWatch
+
+                self._recovery = RecoveryWatch(self._handle, self.metrics)
                 if self.config.elastic.adaptive:
                     from openclaw_dask.cluster.adaptive import adapt
 
@@ -150,6 +160,8 @@ class Session:
             from prometheus_client import REGISTRY
 
             REGISTRY.unregister(self._collector)
+        if self._recovery is not None:
+            self._recovery.close()
         if self._handle is not None:
             if self._handle.cluster is None:  # remote: leave the user's workers as they were
                 with contextlib.suppress(Exception):
@@ -251,7 +263,8 @@ class Session:
 
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         dtype = np.dtype(dtype)
-        chunks = self.chunks(shape, dtype) if chunks is None else chunks
+        # block shapes such as (500, 2000) become full chunks, as da.ones(..., chunks=) takes them
+        chunks = self.chunks(shape, dtype) if chunks is None else da.core.normalize_chunks(chunks, shape, dtype=dtype)
         meta = np.empty((0,) * len(shape), dtype=dtype)
         if callable(fill):
             return da.map_blocks(fill, chunks=chunks, dtype=dtype, meta=meta)
@@ -296,6 +309,21 @@ class Session:
             with _run_errors(self):
                 results = tuple(self.client.compute(list(collections), sync=True, **kwargs))
         return results[0] if len(collections) == 1 else results
+
+    def recovery(self) -> Recovery:
+        """Workers lost, tasks recomputed and failures recovered since the session started.
+
+        Counted on the scheduler by :mod:`openclaw_dask.recovery`; take two snapshots
+        and :meth:`~openclaw_dask.monitoring.Recovery.since` for one run. All zero when
+        serial; ``None`` each when a remote scheduler cannot load openclaw_dask.
+
+        Returns
+        -------
+        Recovery
+        """
+        if self._recovery is not None:
+            self._recovery.refresh()  # remote: one call to the scheduler; local counts are live
+        return self.metrics.recovery()
 
     def persist(self, collection: Any) -> Any:
         """Compute ``collection`` into worker memory (into the graph when serial) and return it."""
@@ -355,6 +383,9 @@ def _run_errors(session: Session) -> Iterator[None]:
     except CancelledError as e:
         if session.client.status == "running" and "connection-lost" not in str(e):
             raise
+        lost = session._handle.lost() if session._handle is not None and session._handle.lost is not None else None
+        if lost:
+            raise RunError(f"{lost}: run again (docs/deploy.md, MPI)") from None
         raise RunError(
             f"lost the scheduler at {session.client.scheduler.address} (connection lost); its task state is gone, "
             "so the run cannot go on: restart the scheduler and run again"
@@ -419,6 +450,7 @@ def session(config: str | os.PathLike[str] | Config | None = None, **overrides: 
         borrowed = Session(_ACTIVE[-1].config, owned=False)
         borrowed._handle = _ACTIVE[-1]._handle
         borrowed.metrics = _ACTIVE[-1].metrics
+        borrowed._recovery = _ACTIVE[-1]._recovery
         borrowed.started = True
         return borrowed
     if _in_spawned_bootstrap():

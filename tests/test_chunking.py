@@ -100,3 +100,9 @@ def test_auto_chunk_count_is_a_multiple_of_slots(total, slots):
     plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=slots, backend="thread")
     assert plan.n_chunks % slots == 0
     assert max(plan.chunks[0]) - min(plan.chunks[0]) <= 1
+
+
+@pytest.mark.parametrize("slots", [3, 5, 7])
+def test_one_chunk_per_slot_even_when_the_share_is_not_whole_elements(slots):
+    plan = plan_chunks((33554432,), "f8", task_chunk_size=ChunkSize("auto"), slots=slots, backend="remote")
+    assert len(plan.chunks[0]) == slots and sum(plan.chunks[0]) == 33554432

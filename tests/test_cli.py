@@ -89,12 +89,13 @@ def test_run_array_sum_json():
     assert RESULT_KEYS <= set(out)
     assert out["ok"] is True and out["result"] == out["expected"]
     assert out["backend"] == "thread" and out["size_bytes"] == 32 * 2**20
+    assert (out["workers_lost"], out["tasks_recomputed"], out["failures_recovered"]) == (0, 0, 0)
 
 
 def test_run_summary_on_the_terminal():
     r = invoke("run", "--size", "16MiB", "--set", "parallel.enabled=false")
     assert r.exit_code == 0
-    for needle in ("correct", "GB/s", "wall time", "serial", "chunks"):
+    for needle in ("correct", "GB/s", "wall time", "serial", "chunks", "no worker lost"):
         assert needle in r.stdout
 
 

@@ -53,7 +53,10 @@ def test_nccl_without_ucx_falls_back_to_tcp_with_a_warning(caplog, monkeypatch, 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "distributed_ucxx" else real(name, *a))
     caplog.set_level(logging.WARNING, logger="openclaw_dask")
     assert plan(cfg(backend="process", communication=communication))["protocol"] == "tcp"
-    assert "falling back to tcp" in caplog.text
+    assert f"parallel.communication = {communication} needs UCX" in caplog.text and "chose tcp instead" in caplog.text
+    assert len(caplog.records) == 1
+    with pytest.raises(BackendUnavailable, match="communication_strict is true; install it"):
+        plan(cfg(backend="process", communication=communication, communication_strict=True))
 
 
 def test_dashboard_addresses_stay_on_the_bind_host():
@@ -78,7 +81,8 @@ def test_unknown_network_interface_lists_the_real_ones():
 def test_registry_lists_every_backend():
     status = available_backends()
     assert status["thread"] == status["process"] == status["remote"] == "installed"
-    assert status["mpi"] == "not in this build yet"
+    assert status["mpi"] == "installed"  # the test extra brings MPICH, mpi4py and dask-mpi
+    assert status["kubernetes"] == "not in this build yet"
 
 
 def test_missing_extra_names_the_pip_install(monkeypatch):
@@ -90,7 +94,7 @@ def test_missing_extra_names_the_pip_install(monkeypatch):
     with pytest.raises(BackendUnavailable, match=r"needs no_such_module_openclaw.*pip install 'openclaw-dask\[mpi\]'"):
         get_backend("fake")
     with pytest.raises(ConfigError, match="not available in this build"):
-        get_backend("mpi")
+        get_backend("kubernetes")
 
 
 # -- real clusters ---------------------------------------------------------------------------

@@ -244,22 +244,12 @@ def test_bad_env_value_names_the_variable():
 
 _NON_DEFAULT = {
     "parallel.fusion_buffer_size": "8MiB",
-    "parallel.mpi_shared_memory": True,
-    "parallel.hybrid": True,
     "parallel.async_io": True,
     "parallel.sync_interval": 5,
     "parallel.batch_size": 32,
     "parallel.memory_pooling": True,
     "parallel.gpu_memory_fraction": 0.5,
-    "parallel.socket_buffer_size": "4MiB",
     "parallel.rdma": True,
-    "parallel.communication_strict": True,
-    "cluster.preload": ["mymodule"],
-    "security.temporary_certificates": True,
-    "security.ca_file": "ca.pem",
-    "security.cert_file": "cert.pem",
-    "security.key_file": "key.pem",
-    "security.require_encryption": True,
 }
 
 
@@ -277,13 +267,14 @@ def test_not_yet_keys_are_refused_unless_at_default(key):
 @pytest.mark.parametrize(
     ("overrides", "needle"),
     [
-        ({"backend": "mpi"}, "backend not available in this build yet"),
+        ({"hybrid": True}, "hybrid gives each worker process omp_threads BLAS/OpenMP threads: use backend process or mpi"),
+        ({"backend": "mpi", "prometheus": True}, "the MPI scheduler runs in rank 0"),
         ({"backend": "cuda"}, "backend not available in this build yet"),
         ({"backend": "kubernetes"}, "backend not available in this build yet"),
         ({"strategy": "pipeline"}, "pipeline mode is not available"),
-        ({"communication": "tls"}, "TLS is not available"),
+        ({"communication": "tls"}, "TLS needs certificates; set security.temporary_certificates=true or security.cert_file"),
         ({"backend": "process", "communication": "inproc"}, "inproc works only within one process"),
-        ({"omp_threads": 2}, "apply to backend process only"),
+        ({"omp_threads": 2}, "apply to backends process and mpi"),
         ({"backend": "remote"}, "needs the address of a running dask-scheduler"),
         ({"scheduler_address": "tcp://127.0.0.1:8786"}, "used only with backend remote"),
         ({"backend": "remote", "scheduler_address": "tcp://127.0.0.1:1", "memory_limit": "1GiB"}, "set by whoever started"),

@@ -2,9 +2,10 @@
 
 ``thread`` is one in-process worker with ``workers`` threads (no serialisation, no
 inter-worker transfers). ``process`` is ``workers`` worker processes under nannies,
-each with ``omp_threads`` task threads; distributed already pins their BLAS/OpenMP
-pools to one thread (``distributed.nanny.pre-spawn-environ``), so processes x threads
-never oversubscribe the cores.
+each with ``omp_threads`` task threads and one BLAS/OpenMP thread, so processes x
+threads never oversubscribe the cores; with ``hybrid`` each has one task thread and
+``omp_threads`` BLAS/OpenMP threads instead (set at spawn by
+``distributed.nanny.pre-spawn-environ``, held by :class:`~openclaw_dask.cluster.plugins.BlasThreads`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from dask.system import CPU_COUNT
 
 from openclaw_dask.cluster.handle import ClusterHandle
-from openclaw_dask.cluster.network import bind_host, dashboard_address, protocol
+from openclaw_dask.cluster.network import bind_host, dashboard_address, http_host, protocol
+from openclaw_dask.cluster.security import security_for
 from openclaw_dask.errors import ClusterStartError
 
 if TYPE_CHECKING:
@@ -30,30 +32,35 @@ def plan(config: Config) -> dict[str, Any]:
     """The :class:`~distributed.LocalCluster` keyword arguments for ``config`` (nothing is started)."""
     p, c = config.parallel, config.cluster
     processes = p.backend == "process"
-    threads = p.omp_threads if processes else (CPU_COUNT if p.workers == "auto" else p.workers)
-    n_workers = (max(1, CPU_COUNT // threads) if p.workers == "auto" else p.workers) if processes else 1
+    threads = (1 if p.hybrid else p.omp_threads) if processes else (CPU_COUNT if p.workers == "auto" else p.workers)
+    n_workers = (max(1, CPU_COUNT // p.omp_threads) if p.workers == "auto" else p.workers) if processes else 1
     host = bind_host(config)
+    web = http_host(config, host)
     kwargs: dict[str, Any] = {
         "n_workers": n_workers,
         "threads_per_worker": threads,
         "processes": processes,
         "protocol": protocol(config),
-        "dashboard_address": dashboard_address(config, host),
-        # The HTTP server (health, metrics) runs even without a dashboard: on the bind host, and on
-        # monitoring.port or any free port.
-        "scheduler_kwargs": {"dashboard_address": dashboard_address(config, host) or f"{host}:{config.monitoring.port}"},
+        "dashboard_address": dashboard_address(config, web),
+        # The HTTP server (health, metrics) runs even without a dashboard: on the bind host (loopback
+        # when only TLS allowed a wider bind), and on monitoring.port or any free port.
+        "scheduler_kwargs": {"dashboard_address": dashboard_address(config, web) or f"{web}:{config.monitoring.port}"},
         "silence_logs": getattr(logging, p.log_level),
     }
     if c.memory_limit != "auto":
         kwargs["memory_limit"] = c.memory_limit
-    if kwargs["protocol"] == "inproc":
-        # inproc addresses carry no host or interface, so the worker's HTTP server would
-        # listen on every interface unless told where.
-        kwargs["worker_dashboard_address"] = f"{host}:0"
-    elif p.network_interface is not None:
-        kwargs["interface"] = p.network_interface
-    else:
-        kwargs["host"] = host
+    security = security_for(config)
+    if security is not None:
+        kwargs["security"] = security
+    if kwargs["protocol"] == "inproc" or web != host:
+        # The worker's HTTP server follows the worker's address unless told where: inproc
+        # addresses carry no host (so it would listen on every interface), and TLS does not cover HTTP.
+        kwargs["worker_dashboard_address"] = f"{web}:0"
+    if kwargs["protocol"] != "inproc":
+        if p.network_interface is not None:
+            kwargs["interface"] = p.network_interface
+        else:
+            kwargs["host"] = host
     return kwargs
 
 
@@ -62,7 +69,7 @@ def start(config: Config) -> ClusterHandle:
     from distributed import Client, LocalCluster
 
     kwargs = plan(config)
-    slots = kwargs["n_workers"] * kwargs["threads_per_worker"]
+    slots = kwargs["n_workers"] * (config.parallel.omp_threads if config.parallel.hybrid else kwargs["threads_per_worker"])
     if slots > CPU_COUNT:
         logger.warning(
             "%d worker threads on %d cores: tasks will time-share the cores (check lscpu); lower parallel.workers",
@@ -75,7 +82,7 @@ def start(config: Config) -> ClusterHandle:
     except Exception as e:  # distributed raises many types for a failed start
         raise ClusterStartError(f"could not start the {config.parallel.backend} cluster ({type(e).__name__}: {e})") from e
     try:
-        client = Client(cluster, timeout=config.parallel.timeout)
+        client = Client(cluster, timeout=config.parallel.timeout, security=kwargs.get("security"))
     except Exception as e:
         cluster.close()
         raise ClusterStartError(f"could not connect to the {config.parallel.backend} cluster ({type(e).__name__}: {e})") from e

@@ -44,7 +44,7 @@ BACKENDS: dict[str, BackendSpec] = {
         BackendSpec("thread", "openclaw_dask.cluster.local", ("distributed",)),
         BackendSpec("process", "openclaw_dask.cluster.local", ("distributed",)),
         BackendSpec("remote", "openclaw_dask.cluster.remote", ("distributed",)),
-        BackendSpec("mpi", None, ("mpi4py", "dask_mpi"), "mpi"),
+        BackendSpec("mpi", "openclaw_dask.cluster.mpi", ("mpi4py", "dask_mpi"), "mpi"),
         BackendSpec("cuda", None, ("cupy", "dask_cuda"), "cuda"),
         BackendSpec("kubernetes", None, ("dask_kubernetes",), "k8s"),
     )

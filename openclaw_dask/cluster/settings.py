@@ -24,12 +24,44 @@ def dask_settings(config: Config) -> dict[str, Any]:
         "distributed.comm.timeouts.tcp": f"{max(p.timeout, 11.0)}s",
         "distributed.scheduler.allowed-failures": config.fault_tolerance.allowed_failures,
     }
+    from openclaw_dask.cluster.plugins import blas_threads
+
+    # every worker process a nanny starts gets this many BLAS/OpenMP threads (libraries read it at load)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        settings[f"distributed.nanny.pre-spawn-environ.{var}"] = blas_threads(config)
     if p.enabled and p.backend == "thread":
         from openclaw_dask.cluster.network import bind_host
 
         # inproc addresses carry the machine's IP, not the host the dashboard binds
         settings["distributed.dashboard.link"] = "{scheme}://" + bind_host(config) + ":{port}/status"
+    if config.security.enabled:
+        from openclaw_dask.cluster.security import tls_settings
+
+        # every Security() made under these settings (a user's Client, a scheduler, a worker) gets the same TLS
+        settings.update(tls_settings(config))
     settings.update(config.dask)
+    if config.cluster.preload:
+        _preload(settings, config.cluster.preload, ("scheduler", "worker"))
+    if p.socket_buffer_size is not None:
+        _socket_buffers(settings, p.socket_buffer_size)
     if not p.enabled:
         settings["scheduler"] = "sync"
     return settings
+
+
+def _socket_buffers(settings: dict[str, Any], size: int) -> None:
+    """Size TCP buffers in every scheduler, nanny and worker: each imports the preload before it listens."""
+    from openclaw_dask.cluster.sockets import CONFIG_KEY, PRELOAD
+
+    settings.setdefault(CONFIG_KEY, size)  # a value in the dask: section wins
+    _preload(settings, (PRELOAD,), ("scheduler", "nanny", "worker"))
+
+
+def _preload(settings: dict[str, Any], modules: tuple[str, ...], roles: tuple[str, ...]) -> None:
+    """Append ``modules`` to the preloads of each role; worker processes get them from their nanny's config."""
+    import dask
+
+    for role in roles:
+        key = f"distributed.{role}.preload"
+        preloads = list(settings.get(key, dask.config.get(key, [])))
+        settings[key] = [*preloads, *(m for m in modules if m not in preloads)]

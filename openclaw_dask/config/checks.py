@@ -19,22 +19,12 @@ __all__ = ["NOT_YET", "check", "is_loopback"]
 # Keys accepted only at their default until the feature lands; value = default.
 NOT_YET: dict[str, Any] = {
     "parallel.fusion_buffer_size": None,
-    "parallel.mpi_shared_memory": False,
-    "parallel.hybrid": False,
     "parallel.async_io": False,
     "parallel.sync_interval": 1,
     "parallel.batch_size": None,
     "parallel.memory_pooling": False,
     "parallel.gpu_memory_fraction": 0.7,
-    "parallel.socket_buffer_size": None,
     "parallel.rdma": False,
-    "parallel.communication_strict": False,
-    "cluster.preload": (),
-    "security.temporary_certificates": False,
-    "security.ca_file": None,
-    "security.cert_file": None,
-    "security.key_file": None,
-    "security.require_encryption": False,
 }
 
 
@@ -66,12 +56,17 @@ def check(config: Config) -> None:
         raise _fail(config, "parallel.backend", f"backend not available in this build yet; use one of {', '.join(built)}")
     if p.strategy == "pipeline":
         raise _fail(config, "parallel.strategy", "pipeline mode is not available in this build yet; use data or model")
-    if p.communication == "tls":
-        raise _fail(config, "parallel.communication", "TLS is not available in this build yet; use tcp on loopback")
+    _check_security(config)
     if p.communication == "inproc" and p.backend != "thread":
         raise _fail(config, "parallel.communication", f"inproc works only within one process (backend thread), not backend {p.backend}; use tcp")
-    if p.omp_threads != 1 and p.backend != "process":
-        raise _fail(config, "parallel.omp_threads", f"threads per worker process apply to backend process only (backend is {p.backend}); set parallel.workers instead")
+    if p.omp_threads != 1 and p.backend not in ("process", "mpi"):
+        raise _fail(config, "parallel.omp_threads", f"threads per worker process apply to backends process and mpi (backend is {p.backend}); set parallel.workers instead")
+    if p.hybrid and p.backend not in ("process", "mpi"):
+        raise _fail(config, "parallel.hybrid", f"hybrid gives each worker process omp_threads BLAS/OpenMP threads: use backend process or mpi (backend is {p.backend})")
+    if p.mpi_shared_memory and p.backend != "mpi":
+        raise _fail(config, "parallel.mpi_shared_memory", f"applies to backend mpi (backend is {p.backend}); backend thread already shares one process's memory")
+    if p.socket_buffer_size is not None:
+        _check_socket_buffers(config)
     if p.backend == "remote":
         _check_remote(config)
     elif c.scheduler_address:
@@ -87,6 +82,8 @@ def check(config: Config) -> None:
             if config.get(dotted) != default:
                 raise _fail(config, dotted, "used only with elastic.adaptive: true; set that too, or remove this key")
     m = config.monitoring
+    if m.prometheus and p.backend == "mpi":
+        raise _fail(config, "monitoring.prometheus", "the MPI scheduler runs in rank 0, where openclaw's metrics are not collected yet; use backend process, or scrape rank 0's /metrics for distributed's own")
     if m.prometheus and p.backend == "remote":
         raise _fail(config, "monitoring.prometheus", "the remote scheduler serves its own /metrics (install prometheus-client where it runs); remove this here")
     if m.port and isinstance(c.dashboard, str):
@@ -94,11 +91,59 @@ def check(config: Config) -> None:
     if ":" in c.host:
         raise _fail(config, "cluster.host", "IPv6 binds are not supported in this build; use 127.0.0.1")
     if not c.allow_insecure_bind:
-        if not is_loopback(c.host):
-            raise _fail(config, "cluster.host", "binding a non-loopback address without TLS lets anyone who reaches it run code; use 127.0.0.1 or set cluster.allow_insecure_bind=true")
+        # TLS makes the scheduler and workers safe to reach; their HTTP servers stay on loopback (local.py).
+        if not is_loopback(c.host) and not config.security.enabled:
+            raise _fail(config, "cluster.host", "binding a non-loopback address without TLS lets anyone who reaches it run code; use 127.0.0.1, "
+                        "set up TLS in the security section (security.ca_file and cert_file), or set cluster.allow_insecure_bind=true")
         dash_host = c.dashboard.rpartition(":")[0] if isinstance(c.dashboard, str) else ""
         if dash_host and not is_loopback(dash_host):
             raise _fail(config, "cluster.dashboard", "a dashboard on a non-loopback address is reachable by others; use a port only, or set cluster.allow_insecure_bind=true")
+
+
+def _check_security(config: Config) -> None:
+    """TLS needs a whole certificate set, and then every comm is TLS (see cluster/security.py)."""
+    p, s = config.parallel, config.security
+    files = [k for k in ("ca_file", "cert_file", "key_file") if config.get(f"security.{k}") is not None]
+    if s.temporary_certificates and files:
+        raise _fail(config, f"security.{files[0]}", "security.temporary_certificates makes its own certificates; set either it or the files, not both")
+    if files and "cert_file" not in files:
+        raise _fail(config, f"security.{files[0]}", "TLS in dask is mutual: this process needs its own certificate too; set security.cert_file")
+    if s.cert_file is not None and s.ca_file is None:
+        raise _fail(config, "security.cert_file", "TLS in dask is mutual: set security.ca_file to the authority that signed the other side's certificate")
+    if not s.enabled:
+        if s.require_encryption:
+            raise _fail(config, "security.require_encryption", "needs certificates; set security.temporary_certificates=true or security.cert_file and ca_file")
+        if p.communication == "tls":
+            raise _fail(config, "parallel.communication", "TLS needs certificates; set security.temporary_certificates=true or security.cert_file and ca_file")
+        return
+    which = "security.temporary_certificates" if s.temporary_certificates else "security.cert_file"
+    if p.backend not in ("thread", "process", "remote"):
+        raise _fail(config, which, f"TLS is built for backends thread, process and remote, not {p.backend}; remove the security keys")
+    if p.communication not in ("auto", "tls"):
+        # Asked-for plain comms and certificates contradict each other: refuse rather than pick one.
+        raise _fail(config, "parallel.communication", f"{p.communication} is not encrypted but {which} is set; use auto or tls, or remove the security keys")
+    if p.backend == "remote" and s.temporary_certificates:
+        raise _fail(config, which, "a remote scheduler cannot trust certificates made by this process; set security.ca_file, cert_file and key_file")
+
+
+_SOCKET_BUFFER_RANGE = (4 * 2**10, 256 * 2**20)  # below, the kernel's own minimum; above, each connection may hold that much kernel memory
+
+
+def _check_socket_buffers(config: Config) -> None:
+    """Socket buffers exist only on the TCP comms of clusters openclaw starts."""
+    p, dotted = config.parallel, "parallel.socket_buffer_size"
+    low, high = _SOCKET_BUFFER_RANGE
+    if not low <= p.socket_buffer_size <= high:
+        raise _fail(config, dotted, "use 4KiB to 256MiB, or null for the OS default")
+    if config.security.enabled:
+        raise _fail(config, dotted, "sized sockets are built for tcp:// comms, not TLS (the security section is set); remove this key or the security keys")
+    if p.communication == "inproc" or (p.communication == "auto" and p.backend == "thread"):
+        raise _fail(config, dotted, "backend thread talks inproc (no sockets); set parallel.communication=tcp, or remove this key")
+    if p.communication in ("ucx", "nccl"):
+        raise _fail(config, dotted, f"applies to TCP sockets, not {p.communication} (UCX); use parallel.communication=tcp, or remove this key")
+    if p.backend == "remote":
+        raise _fail(config, dotted, "the remote scheduler and workers are yours: start them with DASK_OPENCLAW__SOCKET_BUFFER_SIZE set and "
+                    "--preload (and --preload-nanny) openclaw_dask.cluster.sockets_preload, and remove this key")
 
 
 def _check_remote(config: Config) -> None:
@@ -112,8 +157,14 @@ def _check_remote(config: Config) -> None:
         raise _fail(config, "cluster.scheduler_address", "expected PROTOCOL://HOST:PORT, e.g. tcp://127.0.0.1:8786 (as dask scheduler prints it)")
     if p.communication not in ("auto", scheme):
         raise _fail(config, "parallel.communication", f"the scheduler address {c.scheduler_address} sets the protocol; use auto")
+    if scheme == "tls" and not config.security.enabled:
+        raise _fail(config, "cluster.scheduler_address", "a TLS scheduler needs certificates; set security.ca_file, cert_file and key_file")
+    if scheme != "tls" and config.security.enabled:
+        raise _fail(config, "cluster.scheduler_address", f"not TLS, but certificates are set; write it as tls://{rest} "
+                    "(the scheduler runs with --protocol tls), or remove the security keys")
     for dotted, default in (("cluster.memory_limit", "auto"), ("cluster.host", "127.0.0.1"), ("cluster.dashboard", False),
-                            ("parallel.network_interface", None), ("fault_tolerance.allowed_failures", 3)):
+                            ("parallel.network_interface", None), ("fault_tolerance.allowed_failures", 3),
+                            ("cluster.preload", ())):
         if config.get(dotted) != default:
             raise _fail(config, dotted, "set by whoever started the remote scheduler and workers (dask scheduler / dask worker options); remove it here")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["print_profile", "print_run_summary"]
+__all__ = ["print_profile", "print_run_summary", "recovery_line"]
 
 
 def _b(n: float) -> str:
@@ -33,7 +33,7 @@ def _console() -> Any:
 
 
 def print_run_summary(r: Any) -> None:
-    """One screen: correctness, throughput, wall time, cluster, chunks."""
+    """One screen: correctness, throughput, wall time, cluster, chunks, lost workers."""
     from rich.table import Table
 
     table = Table(title=f"openclaw run {r.workload}", show_header=False)
@@ -45,7 +45,17 @@ def print_run_summary(r: Any) -> None:
     table.add_row("wall time", f"{r.wall_s:.2f} s (generation {r.generate_s:.2f} s)")
     table.add_row("cluster", f"{r.backend}: {r.workers} worker(s), {r.threads} thread(s)")
     table.add_row("chunks", f"{r.n_chunks} x {_b(r.chunk_bytes)} ({r.chunk_reason})")
+    table.add_row("failures", recovery_line(r.workers_lost, r.tasks_recomputed, r.failures_recovered))
     _console().print(table)
+
+
+def recovery_line(workers_lost: int | None, tasks_recomputed: int | None, failures_recovered: int | None) -> str:
+    """The run summary's account of lost workers, e.g. ``2 worker(s) lost, 41 task(s) recomputed, 2 of 2 recovered``."""
+    if workers_lost is None:
+        return "unknown (the scheduler could not load openclaw_dask to count lost workers)"
+    if not workers_lost:
+        return "no worker lost"
+    return f"{workers_lost} worker(s) lost, {tasks_recomputed} task(s) recomputed, {failures_recovered} of {workers_lost} recovered"
 
 
 def print_profile(report: Any) -> None:

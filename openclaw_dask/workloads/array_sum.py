@@ -45,6 +45,9 @@ class ArraySumResult:
     enabled: bool
     workers: int
     threads: int
+    workers_lost: int | None = 0  # during this run; None: unknown (remote scheduler without openclaw_dask)
+    tasks_recomputed: int | None = 0
+    failures_recovered: int | None = 0
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -68,6 +71,7 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
     size = cfg.workload.size if size is None else size
     repeat = cfg.workload.repeat if repeat is None else repeat
     n = max(1, size // 8)
+    before = session.recovery()
     t_start = time.perf_counter()
     plan = session.chunk_plan((n,), "float64")
     chunks = _skewed(plan.chunks[0], cfg.workload.skew)
@@ -87,6 +91,7 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
     expected = n * (n - 1) / 2
     sum_s = statistics.median(times)
     workers = session.workers()
+    recovery = session.recovery().since(before)
     session.metrics.workload("array-sum", tasks=len(chunks) * (1 + repeat), nbytes=n * 8 * repeat, gbps=n * 8 / sum_s / 1e9)
     return ArraySumResult(
         workload="array-sum",
@@ -107,6 +112,9 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
         enabled=cfg.parallel.enabled,
         workers=len(workers) or 1,
         threads=session.slots,
+        workers_lost=recovery.workers_lost,
+        tasks_recomputed=recovery.tasks_recomputed,
+        failures_recovered=recovery.failures_recovered,
     )
 
 

@@ -1,0 +1,133 @@
+"""``openclaw scheduler`` and ``openclaw worker``: distributed's own CLIs, shaped by the config.
+
+Both run the stock ``dask scheduler`` / ``dask worker`` with command-line options for
+what the config says about binding and sizing, and the rest of the config (timeouts,
+TLS, socket buffers, preloads, log level, the ``dask:`` section) handed over as dask
+configuration in ``DASK_INTERNAL_INHERIT_CONFIG``, the variable distributed itself
+uses to pass configuration to the processes it spawns. A stock ``dask worker`` joins
+an ``openclaw scheduler`` and an ``openclaw worker`` joins a stock ``dask scheduler``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from openclaw_dask.cluster.network import bind_host, dashboard_address, http_host, protocol
+from openclaw_dask.cluster.settings import dask_settings
+from openclaw_dask.errors import ConfigError
+
+if TYPE_CHECKING:
+    from openclaw_dask.config import Config
+
+__all__ = ["DEFAULT_PORT", "Command", "scheduler_command", "worker_command"]
+
+DEFAULT_PORT = 8786
+
+
+@dataclass(frozen=True)
+class Command:
+    """A process to start: its argument vector and full environment."""
+
+    argv: list[str]
+    env: dict[str, str]
+    settings: dict[str, Any]  # the dask configuration inside env, flat
+
+
+def _dask_cli() -> str:
+    here = Path(sys.executable).parent / "dask"
+    return str(here) if here.is_file() else "dask"
+
+
+def _settings(config: Config) -> dict[str, Any]:
+    settings = dask_settings(config)
+    settings.pop("distributed.dashboard.link", None)  # the in-process cluster's, not a deployment's
+    level = config.parallel.log_level.lower()
+    settings.update({"logging.distributed": level, "logging.openclaw_dask": level})
+    return settings
+
+
+def _command(argv: list[str], settings: dict[str, Any]) -> Command:
+    import dask.config
+
+    nested: dict = {}
+    for key, value in settings.items():
+        dask.config.set({key: value}, config=nested)
+    env = {**os.environ, "DASK_INTERNAL_INHERIT_CONFIG": dask.config.serialize(nested)}
+    # A nanny lets a variable already in its environment beat pre-spawn-environ, so set them here too.
+    env.update({k.rpartition(".")[2]: str(v) for k, v in settings.items() if k.startswith("distributed.nanny.pre-spawn-environ.")})
+    return Command(argv, env, settings)
+
+
+def _bind(config: Config) -> list[str]:
+    iface = config.parallel.network_interface
+    bind_host(config)  # refuses a non-loopback bind the config does not allow
+    return ["--interface", iface] if iface else ["--host", config.cluster.host]
+
+
+def _check(config: Config) -> None:
+    if config.security.temporary_certificates:
+        raise ConfigError(
+            "security.temporary_certificates = true: a throw-away certificate lives in one process, so separate "
+            "scheduler and worker processes cannot share it; give security.ca_file, cert_file and key_file"
+        )
+    if config.parallel.communication == "inproc":
+        raise ConfigError("parallel.communication = inproc works within one process only; a scheduler or worker process needs tcp or tls")
+
+
+def scheduler_command(config: Config, *, port: int | None = None, scheduler_file: str | None = None) -> Command:
+    """The ``dask scheduler`` command for ``config``.
+
+    Parameters
+    ----------
+    port
+        Default: the port of ``cluster.scheduler_address``, else 8786.
+    scheduler_file
+        Where the scheduler writes its address (for workers' and clients' ``--scheduler-file``).
+    """
+    _check(config)
+    if port is None:
+        address = config.cluster.scheduler_address
+        port = int(address.rpartition(":")[2]) if address else DEFAULT_PORT
+    proto = protocol(config)
+    proto = "tcp" if proto == "inproc" else proto  # auto on the default backend thread: inproc is one process only
+    argv = [_dask_cli(), "scheduler", *_bind(config), "--port", str(port), "--protocol", proto]
+    host = http_host(config, bind_host(config))  # TLS does not cover HTTP: loopback unless allow_insecure_bind
+    dash = dashboard_address(config, host)
+    # the HTTP server (health, /metrics) runs even without the dashboard: keep it on the bind host
+    argv += ["--dashboard-address", dash or f"{host}:{config.monitoring.port}"]
+    argv += ["--dashboard"] if dash else ["--no-dashboard"]
+    if scheduler_file:
+        argv += ["--scheduler-file", scheduler_file]
+    return _command(argv, _settings(config))
+
+
+def worker_command(config: Config, address: str | None = None, *, scheduler_file: str | None = None) -> Command:
+    """The ``dask worker`` command for ``config``: ``parallel.workers`` processes under nannies.
+
+    Each process gets ``omp_threads`` task threads (one with ``hybrid``, and
+    ``omp_threads`` BLAS/OpenMP threads instead); ``parallel.timeout`` bounds how long
+    a worker waits for its scheduler before it gives up.
+    """
+    _check(config)
+    address = address or config.cluster.scheduler_address
+    if not address and not scheduler_file:
+        raise ConfigError("openclaw worker needs the scheduler's address: openclaw worker tcp://HOST:8786, "
+                          "or --scheduler-file, or cluster.scheduler_address")
+    from dask.system import CPU_COUNT
+
+    p = config.parallel
+    workers = max(1, CPU_COUNT // p.omp_threads) if p.workers == "auto" else p.workers
+    argv = [_dask_cli(), "worker", *([address] if address else ["--scheduler-file", scheduler_file]), *_bind(config),
+            "--nworkers", str(workers), "--nthreads", str(1 if p.hybrid else p.omp_threads),
+            "--death-timeout", f"{p.timeout:g}s"]
+    if config.cluster.memory_limit != "auto":
+        argv += ["--memory-limit", str(config.cluster.memory_limit)]
+    host = http_host(config, bind_host(config))  # TLS does not cover HTTP: loopback unless allow_insecure_bind
+    dash = dashboard_address(config, host)
+    argv += ["--dashboard-address", dash.rpartition(":")[0] + ":0" if dash else f"{host}:0"]
+    argv += ["--dashboard"] if dash else ["--no-dashboard"]
+    return _command(argv, _settings(config))

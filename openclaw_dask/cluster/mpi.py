@@ -1,0 +1,315 @@
+"""Backend ``mpi``: a Dask cluster on MPI ranks, through dask-mpi.
+
+Two ways in:
+
+* **launch** (a plain ``openclaw run`` or ``session(backend="mpi")``): openclaw starts
+  ``mpiexec -n workers+1`` on this host itself. Rank 0 is the scheduler, ranks 1..N
+  are workers, and the client is the calling process (so notebooks work).
+* **join** (already started under ``mpirun``/``mpiexec``/``srun``, e.g. across hosts):
+  dask-mpi's ``initialize``: rank 0 the scheduler, rank 1 the client that goes on
+  with the program, every other rank a worker. Scheduler and worker ranks leave the
+  program (exit 0) once the client shuts the cluster down.
+
+MPI fixes the ranks when the job starts: a lost rank ends the whole job (the MPI
+launcher kills the others), and ranks cannot be added or removed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from openclaw_dask.cluster.handle import ClusterHandle
+from openclaw_dask.cluster.network import bind_host, dashboard_address, interface_of, protocol
+from openclaw_dask.cluster.plugins import blas_threads
+from openclaw_dask.cluster.settings import dask_settings
+from openclaw_dask.errors import ClusterStartError, ConfigError
+
+if TYPE_CHECKING:
+    from openclaw_dask.config import Config
+
+__all__ = ["MpiJob", "launch_command", "rank_environment", "start"]
+
+logger = logging.getLogger("openclaw_dask.cluster.mpi")
+
+# (rank, size) variables of the launchers openclaw recognises
+_RANK_VARS = (
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI
+    ("PMI_RANK", "PMI_SIZE"),  # MPICH hydra and gforker, Intel MPI
+    ("PMIX_RANK", "PMIX_SIZE"),
+    ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"),  # MVAPICH
+)
+
+
+def rank_environment(env: os._Environ[str] | dict[str, str] | None = None) -> tuple[int, int] | None:
+    """``(rank, size)`` when this process is an MPI rank, else ``None``."""
+    env = os.environ if env is None else env
+    for rank, size in _RANK_VARS:
+        if rank in env and size in env:
+            return int(env[rank]), int(env[size])
+    if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env and "SLURM_NTASKS" in env:  # inside srun, not just sbatch
+        return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
+    return None
+
+
+def start(config: Config) -> ClusterHandle:
+    """Join the MPI job this process is a rank of, or launch one on this host."""
+    ranks = rank_environment()
+    return _join(config, *ranks) if ranks is not None else _launch(config)
+
+
+# -- shape -----------------------------------------------------------------------------
+
+
+def _shape(config: Config, world: int | None = None) -> tuple[int, int]:
+    """``(worker ranks, task threads per worker)``.
+
+    ``mpi_shared_memory`` makes one worker of all the host's slots, so same-host
+    tasks share memory instead of sending chunks over sockets; ``hybrid`` keeps one
+    task thread per rank and gives the cores to BLAS/OpenMP instead.
+    """
+    from dask.system import CPU_COUNT
+
+    p = config.parallel
+    workers = p.workers
+    if workers == "auto":
+        workers = max(1, world - 2) if world is not None else max(1, CPU_COUNT // p.omp_threads)
+    threads = 1 if p.hybrid else p.omp_threads
+    if p.mpi_shared_memory:
+        return 1, workers * threads
+    return workers, threads
+
+
+def _blas_env(config: Config) -> dict[str, str]:
+    n = str(blas_threads(config))
+    return {v: n for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+
+
+# -- launch: openclaw starts mpiexec ------------------------------------------------------
+
+
+def _launcher() -> tuple[str, str]:
+    """``(path, flavour)`` of the MPI launcher: the one beside this Python first (pip's mpich).
+
+    MPICH's fork-only ``mpiexec.gforker`` is preferred on one host: unlike hydra's
+    ``mpirun`` it opens no control port on every interface.
+    """
+    here = Path(sys.executable).parent
+    for name in ("mpiexec.gforker", "mpirun", "mpiexec"):
+        for path in (here / name, shutil.which(name)):
+            if path and Path(path).is_file() and os.access(path, os.X_OK):
+                return str(path), _flavour(str(path))
+    raise ClusterStartError(
+        "backend mpi found no mpiexec or mpirun beside this Python or on PATH; "
+        "run: pip install 'openclaw-dask[mpi]' (brings MPICH), or load your MPI module"
+    )
+
+
+def _flavour(path: str) -> str:
+    if path.endswith("gforker"):
+        return "gforker"
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return "openmpi" if "Open MPI" in out or "OpenRTE" in out else "hydra" if "HYDRA" in out else "unknown"
+
+
+def launch_command(launcher: str, flavour: str, ranks: int, iface: str) -> list[str]:
+    """The launcher's command line for ``ranks`` local ranks bound to ``iface``."""
+    cmd = [launcher, "-n", str(ranks)]
+    if flavour == "hydra":
+        cmd[1:1] = ["-launcher", "fork", "-iface", iface]
+    elif flavour == "openmpi":
+        cmd[1:1] = ["--oversubscribe", "--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface]
+    return cmd
+
+
+def _launch(config: Config) -> ClusterHandle:
+    p = config.parallel
+    workers, threads = _shape(config)
+    host = bind_host(config)
+    iface = interface_of(host)
+    launcher, flavour = _launcher()
+    workdir = Path(tempfile.mkdtemp(prefix="openclaw-mpi-"))
+    scheduler_file = workdir / "scheduler.json"
+    spec = {
+        "log_level": p.log_level,
+        "dask": dask_settings(config),
+        "execute": {
+            "scheduler_file": str(scheduler_file),
+            "scheduler_port": 0,
+            "interface": iface,
+            "protocol": protocol(config),
+            "nthreads": threads,
+            "memory_limit": config.cluster.memory_limit,
+            "dashboard": config.cluster.dashboard is not False,
+            "dashboard_address": dashboard_address(config, host) or f"{host}:{config.monitoring.port}",
+            "local_directory": str(workdir),
+        },
+    }
+    (workdir / "spec.json").write_text(json.dumps(spec))
+    # The ranks import what this process can (as multiprocessing's spawn does for LocalCluster),
+    # so tasks defined in the caller's modules unpickle there.
+    path = os.pathsep.join(p for p in sys.path if p)
+    env = {**os.environ, **_blas_env(config), "UCX_NET_DEVICES": iface, "PYTHONPATH": path}
+    if os.geteuid() == 0:
+        # Open MPI refuses to run as root without both (the guide's advice); MPICH ignores them.
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    cmd = [*launch_command(launcher, flavour, workers + 1, iface),
+           sys.executable, "-m", "openclaw_dask.cluster.mpi_ranks", str(workdir / "spec.json")]
+    logger.info("launching %d MPI ranks (1 scheduler + %d workers x %d threads): %s", workers + 1, workers, threads, " ".join(cmd))
+    log = (workdir / "mpi.log").open("wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    job = MpiJob(proc, workdir, scheduler_file)
+    try:
+        client = job.connect(config, workers)
+    except BaseException:
+        job.close()
+        raise
+    return ClusterHandle(client=client, cluster=job, backend="mpi", shutdown=True, lost=job.lost)
+
+
+class MpiJob:
+    """An ``mpiexec`` openclaw started: its process, log and scheduler file.
+
+    The handle's client shuts the scheduler down first (the ranks then leave on their
+    own); closing waits for that and kills the process group if they linger.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], workdir: Path, scheduler_file: Path) -> None:
+        self.proc = proc
+        self.workdir = workdir
+        self.scheduler_file = scheduler_file
+        self.address: str | None = None
+        self.closing = False
+
+    @property
+    def log(self) -> str:
+        try:
+            return (self.workdir / "mpi.log").read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def connect(self, config: Config, workers: int) -> Any:
+        from distributed import Client
+
+        timeout = config.parallel.timeout
+        deadline = time.monotonic() + timeout
+        while not (self.scheduler_file.exists() and self.scheduler_file.stat().st_size):
+            if self.proc.poll() is not None:
+                raise ClusterStartError(f"the MPI job ended before its scheduler started (exit {self.proc.returncode}): {_last_error(self.log)}")
+            if time.monotonic() > deadline:
+                raise ClusterStartError(f"the MPI scheduler did not start within {timeout:g}s (parallel.timeout); its log: {_last_error(self.log)}")
+            time.sleep(0.05)
+        self.address = json.loads(self.scheduler_file.read_text())["address"]
+        try:
+            client = Client(self.address, timeout=timeout)
+            client.wait_for_workers(workers, timeout=max(1.0, deadline - time.monotonic()))
+        except (OSError, TimeoutError) as e:
+            raise ClusterStartError(
+                f"{workers} MPI worker rank(s) did not join {self.address} within {timeout:g}s ({type(e).__name__}); "
+                f"raise parallel.timeout, or see: {_last_error(self.log)}"
+            ) from None
+        return client
+
+    def lost(self, wait: float = 10.0) -> str | None:
+        """Why the job ended while in use, or ``None`` if it still runs after ``wait`` seconds.
+
+        Called when the scheduler's connection is gone: the launcher takes a few seconds
+        to stop the other ranks and report which one was lost.
+        """
+        if self.closing:
+            return None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(wait)
+        if self.proc.returncode is None:
+            return None
+        return f"the MPI job ended (exit {self.proc.returncode}; {_lost_rank(self.log)}), and an MPI job cannot replace a rank"
+
+    def close(self) -> None:
+        if self.closing:
+            return
+        self.closing = True
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            logger.warning("MPI ranks still running 10s after shutdown; killing them")
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        logger.debug("MPI job ended with %s; log in %s", self.proc.returncode, self.workdir)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _last_error(log: str) -> str:
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if re.search(r"Error|error:|refused|cannot|not found", ln)]
+    return (errors or lines or ["(no output)"])[-1][:400]
+
+
+def _lost_rank(log: str) -> str:
+    # gforker: "[0]2:Return code = 0, signaled with Killed"; hydra: "EXIT CODE: 9"
+    signaled = re.findall(r"\[\d+\](\d+):Return code = \d+, signaled with (\w+)", log)
+    # the others were stopped by the launcher itself (Quit, Interrupt)
+    first = [(r, sig) for r, sig in signaled if sig not in ("Quit", "Interrupt")] or signaled
+    if first:
+        return f"rank {first[0][0]} was {first[0][1].lower()}"
+    m = re.search(r"EXIT CODE: (\d+)", log)
+    return f"a rank exited with code {m.group(1)}" if m else "a rank exited"
+
+
+# -- join: this process is already a rank -------------------------------------------------
+
+
+def _join(config: Config, rank: int, size: int) -> ClusterHandle:
+    from dask_mpi import initialize
+    from distributed import Client
+
+    if size < 3:
+        raise ConfigError(f"backend mpi under mpirun needs at least 3 ranks (scheduler, client, one worker), got {size}; run mpirun -n 3 or more")
+    p = config.parallel
+    if p.workers != "auto" and p.workers != size - 2:
+        raise ConfigError(
+            f"parallel.workers = {p.workers}, but this MPI job has {size} ranks: {size - 2} workers beside the scheduler "
+            f"and the client; set parallel.workers=auto or run mpirun -n {p.workers + 2}"
+        )
+    if p.mpi_shared_memory:
+        raise ConfigError("parallel.mpi_shared_memory under your own mpirun: start one rank per host plus two "
+                          "(mpirun -n HOSTS+2 --map-by node) with parallel.omp_threads set to the cores of a host")
+    _, threads = _shape(config, size)
+    host = bind_host(config)
+    iface = p.network_interface or interface_of(host)
+    os.environ.update(_blas_env(config))
+    # mpi4py finalises MPI at exit, after which the launcher may stop forwarding output:
+    # flush before it (atexit runs the latest registration first).
+    atexit.register(sys.stderr.flush)
+    atexit.register(sys.stdout.flush)
+    is_client = initialize(
+        interface=iface,
+        nthreads=threads,
+        memory_limit=config.cluster.memory_limit,
+        dashboard=config.cluster.dashboard is not False,
+        dashboard_address=dashboard_address(config, host) or f"{host}:{config.monitoring.port}",
+        protocol=protocol(config),
+        exit=False,
+    )
+    if not is_client:
+        # scheduler or worker rank: the cluster has shut down, this rank's work is done
+        raise SystemExit(0)
+    client = Client(timeout=p.timeout)  # initialize put the address in dask.config
+    client.wait_for_workers(size - 2, timeout=p.timeout)
+    logger.info("joined MPI job of %d ranks as the client (rank %d)", size, rank)
+    return ClusterHandle(client=client, cluster=None, backend="mpi", shutdown=True)

@@ -1,0 +1,139 @@
+"""TLS for the clusters openclaw starts and the schedulers it reaches (the ``security:`` section).
+
+distributed's TLS is mutual: every side shows a certificate and checks the other's against
+one certificate authority, so a file-based setup needs ``ca_file`` and ``cert_file`` (and
+``key_file`` unless the key is inside ``cert_file``). ``temporary_certificates`` makes one
+self-signed pair in memory instead, shared by the client, scheduler and workers of a local
+cluster. Relative paths start at the folder of the config file that names them.
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from openclaw_dask.errors import BackendUnavailable, ConfigError
+
+if TYPE_CHECKING:
+    from distributed.security import Security
+
+    from openclaw_dask.config import Config
+
+__all__ = ["certificate_files", "security_for", "tls_settings"]
+
+_ROLES = ("client", "scheduler", "worker")
+
+
+def _path(config: Config, dotted: str) -> str | None:
+    """The absolute path a file key names; a missing file is a :class:`ConfigError`."""
+    value = config.get(dotted)
+    if value is None:
+        return None
+    where = config.sources.get(dotted, "default")
+    path = Path(value).expanduser()
+    # A path written in the config file is relative to that file, not to where openclaw runs.
+    in_file = config.path is not None and Path(where.rpartition(":")[0]).resolve() == config.path
+    if not path.is_absolute() and in_file:
+        path = config.path.parent / path
+    path = path.absolute()
+    if not path.is_file():
+        raise ConfigError(f"{where}: {dotted} = {value}: no such file ({path}); give the path of a PEM file")
+    return str(path)
+
+
+def certificate_files(config: Config) -> tuple[str, str, str | None] | None:
+    """``(ca_file, cert_file, key_file)`` as absolute paths, checked to load; ``None`` without files.
+
+    Raises
+    ------
+    ConfigError
+        A file is missing, is not PEM, or the key does not belong to the certificate.
+    """
+    if config.security.cert_file is None:
+        return None
+    ca, cert, key = (_path(config, f"security.{k}") for k in ("ca_file", "cert_file", "key_file"))
+    assert ca is not None and cert is not None  # checks.py refuses one without the other
+    # Load them now, so a bad file is one clear line here rather than a failed handshake later.
+    try:
+        ctx = ssl.create_default_context(cafile=ca)
+    except OSError as e:  # ssl.SSLError for a bad file, PermissionError for an unreadable one
+        raise _unusable(config, "security.ca_file", f"not a PEM certificate authority ({_reason(e)})") from None
+    try:
+        ctx.load_cert_chain(cert, key)
+    except OSError as e:
+        raise _unusable(config, "security.cert_file", f"cannot load it with its key ({_reason(e)}); give a PEM "
+                        "certificate and, in security.key_file or inside it, its unencrypted private key") from None
+    return ca, cert, key
+
+
+def _unusable(config: Config, dotted: str, message: str) -> ConfigError:
+    return ConfigError(f"{config.sources.get(dotted, 'default')}: {dotted} = {config.get(dotted)}: {message}")
+
+
+def _reason(error: OSError) -> str:
+    return getattr(error, "reason", None) or error.strerror or str(error)
+
+
+def security_for(config: Config) -> Security | None:
+    """The :class:`distributed.security.Security` for ``config``, or ``None`` when TLS is off.
+
+    Parameters
+    ----------
+    config
+        The effective configuration; its ``security`` section was checked by ``load_config``.
+
+    Returns
+    -------
+    distributed.security.Security or None
+        One object for every role (client, scheduler, workers); ``require_encryption`` as configured.
+
+    Raises
+    ------
+    BackendUnavailable
+        ``temporary_certificates`` without the ``cryptography`` package.
+    ConfigError
+        A certificate file is missing or unusable.
+    """
+    s = config.security
+    if not s.enabled:
+        return None
+    from distributed.security import Security
+
+    if s.temporary_certificates:
+        try:
+            import cryptography  # noqa: F401  (Security.temporary() needs it)
+        except ImportError:
+            raise BackendUnavailable(
+                "security.temporary_certificates = true needs the cryptography package, which is not installed; "
+                "run: pip install 'openclaw-dask[tls]'"
+            ) from None
+        security = Security.temporary()
+        security.require_encryption = s.require_encryption  # temporary() always says True
+        return security
+    files = certificate_files(config)
+    assert files is not None
+    ca, cert, key = files
+    per_role = {f"tls_{role}_{part}": value for role in _ROLES for part, value in (("cert", cert), ("key", key))}
+    return Security(tls_ca_file=ca, require_encryption=s.require_encryption, **per_role)
+
+
+def tls_settings(config: Config) -> dict[str, Any]:
+    """``dask.config`` keys that give every ``Security()`` made while a session runs the same TLS.
+
+    So a client the user makes, or a scheduler or worker openclaw runs from the same config,
+    speaks TLS too. Temporary certificates exist only in memory: they travel in the
+    :class:`~distributed.security.Security` object, not here.
+    """
+    s = config.security
+    if not s.enabled:
+        return {}
+    settings: dict[str, Any] = {"distributed.comm.require-encryption": s.require_encryption}
+    files = certificate_files(config)
+    if files is not None:
+        ca, cert, key = files
+        settings["distributed.comm.tls.ca-file"] = ca
+        for role in _ROLES:
+            settings[f"distributed.comm.tls.{role}.cert"] = cert
+            settings[f"distributed.comm.tls.{role}.key"] = key
+    return settings
