@@ -42,13 +42,13 @@ def _friendly(func):
     return wrapper
 
 
-def _load(config_path: str | None, sets: tuple[str, ...], size: str | None = None):
+def _load(config_path: str | None, sets: tuple[str, ...], size: str | None = None, role: str = "client"):
     from openclaw_dask.config import load_config, parse_assignment
 
     overrides = dict(parse_assignment(s) for s in sets)
     if size is not None:
         overrides["workload.size"] = size
-    return load_config(config_path, overrides, override_label="--set")
+    return load_config(config_path, overrides, override_label="--set", role=role)
 
 
 config_option = click.option(
@@ -331,9 +331,6 @@ def _run_script(cfg: Any, path: Path, args: tuple[str, ...], as_json: bool) -> N
         sys.exit(exit_code)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    main()
-
 
 _DRY_RUN = click.option("--dry-run", is_flag=True, help="Print the command (and the dask settings it passes) instead of running it.")
 
@@ -362,7 +359,7 @@ def scheduler(config_path: str | None, sets: tuple[str, ...], port: int | None, 
     """Run a dask scheduler shaped by the config (host or interface, protocol, TLS, timeouts, preloads)."""
     from openclaw_dask.cluster.deploy import scheduler_command
 
-    _exec(scheduler_command(_load(config_path, sets), port=port, scheduler_file=scheduler_file), dry_run)
+    _exec(scheduler_command(_load(config_path, sets, role="deploy"), port=port, scheduler_file=scheduler_file), dry_run)
 
 
 @main.command()
@@ -376,4 +373,8 @@ def worker(address: str | None, config_path: str | None, sets: tuple[str, ...], 
     """Run parallel.workers dask worker processes for the scheduler at ADDRESS (default: cluster.scheduler_address)."""
     from openclaw_dask.cluster.deploy import worker_command
 
-    _exec(worker_command(_load(config_path, sets), address, scheduler_file=scheduler_file), dry_run)
+    _exec(worker_command(_load(config_path, sets, role="deploy"), address, scheduler_file=scheduler_file), dry_run)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

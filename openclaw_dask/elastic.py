@@ -47,9 +47,15 @@ def resize(session: Any, n: int, *, force: bool = False) -> ResizeResult:
     held = session.client.run_on_scheduler(_bytes_per_worker)
     before = set(held)
     t0 = time.perf_counter()
-    handle.cluster.scale(n)  # shrinking retires workers first: their data moves, then they close
+    leaving = list(handle.cluster.worker_spec)[n:]  # scale() drops the newest specs first
+    if leaving:
+        # SpecCluster.scale asks the scheduler to retire workers by *name* where it wants addresses
+        # (dask/distributed#4069), so nothing would move first: retire them here, by name.
+        session.client.retire_workers(names=leaving)
+    handle.cluster.scale(n)
     deadline = time.monotonic() + session.config.parallel.timeout
-    while len(session.workers()) != n:
+    # also until the cluster has closed the retired nannies: a resize right after must not race them
+    while len(session.workers()) != n or len(handle.cluster.workers) != n:
         if time.monotonic() > deadline:
             raise ResizeError(f"resize_workers({n}): the cluster has {len(session.workers())} workers after {session.config.parallel.timeout:g}s")
         time.sleep(0.05)

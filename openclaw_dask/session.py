@@ -338,8 +338,7 @@ class Session:
 
         Growing waits until the new workers have joined (up to ``parallel.timeout``).
         Shrinking retires workers gracefully: the data only they hold is moved to the
-        others first, so it need not be recomputed (docs/reliability.md has how often
-        distributed still loses a chunk). A call within ``elastic.cooldown`` of the
+        others first, so it need not be recomputed. A call within ``elastic.cooldown`` of the
         previous resize is refused unless ``force=True``, because resizing moves data.
 
         Raises

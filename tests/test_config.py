@@ -328,3 +328,12 @@ def test_odd_inputs_give_one_clear_error(tmp_path):
     bad.write_bytes("parallel: {backend: th\xe9}\n".encode("latin-1"))
     with pytest.raises(ConfigError, match="not UTF-8"):
         cfg(path=bad)
+
+
+@pytest.mark.parametrize(("doc", "count"), [("docs/deploy.md", 7), ("docs/monitoring.md", 1)])
+def test_every_config_in_the_docs_loads(tmp_path, doc, count):
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / doc).read_text(), re.S)
+    configs = [b for b in blocks if yaml.safe_load(b) and set(yaml.safe_load(b)) <= {*TYPED_SECTIONS, "dask"}]
+    assert len(configs) == count
+    for i, text in enumerate(configs):
+        cfg(path=write(tmp_path, text, f"doc{i}.yaml"))

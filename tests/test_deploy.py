@@ -114,3 +114,16 @@ def test_a_scheduler_that_never_answers_fails_in_about_the_timeout():
             openclaw_dask.session(backend="remote", scheduler_address=address, timeout="3s")
         elapsed = time.monotonic() - t0
     assert 2.5 < elapsed < 15, elapsed
+
+
+def test_one_file_drives_scheduler_workers_and_clients(tmp_path):
+    conf = tmp_path / "cluster.yaml"
+    conf.write_text("parallel:\n  backend: remote\n  network_interface: lo\n  omp_threads: 2\n"
+                    "cluster:\n  scheduler_address: tcp://127.0.0.1:8799\n  memory_limit: 1GiB\n")
+    r = openclaw("worker", "-c", str(conf), "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "dask worker tcp://127.0.0.1:8799 --interface lo" in r.stdout and "--nthreads 2" in r.stdout
+    assert "--port 8799" in openclaw("scheduler", "-c", str(conf), "--dry-run").stdout
+    # the client binds nothing, so the worker-side keys in the same file are refused for it, clearly
+    r = openclaw("run", "array-sum", "-c", str(conf))
+    assert r.returncode == 2 and "(backend is remote)" in r.stderr and "Traceback" not in r.stderr

@@ -41,10 +41,10 @@ def test_shrinking_moves_data_instead_of_recomputing():
         with collect(s) as record:
             assert s.compute(x.sum()) == N * (N - 1) / 2
         recomputed = [t for t in record.tasks if t.group == "openclaw-arange"]
-        # About 11 of the 16 chunks sat on the two retired workers; had they not moved, all of those
-        # would be recomputed. Measured: none in 5 of 8 runs, one chunk in 3 of 8 (distributed's
-        # retirement under SpecCluster.scale, not pinned down yet).
-        assert len(recomputed) <= 1, recomputed
+        # About 11 of the 16 chunks sat on the two retired workers; had they not moved, all of
+        # those would be recomputed.
+        assert recomputed == [], recomputed
+        assert s.recovery().workers_lost == 0
 
 
 def test_module_level_resize_uses_the_current_session():

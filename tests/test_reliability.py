@@ -143,10 +143,6 @@ def test_array_sum_summary_counts_a_worker_killed_mid_run(capsys, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "resize_workers shrinks through SpecCluster.scale, which calls retire_workers with worker names where "
-    "addresses are expected (dask/distributed#4069, #5577), so nothing is retired: the workers close and "
-    "results only they held are lost and recomputed. Retiring by name first fixes it; elastic.py does not yet"))
 def test_shrinking_retires_workers_rather_than_losing_them():
     from distributed import wait
 

@@ -188,6 +188,7 @@ def load_config(
     *,
     env: Mapping[str, str] | None = None,
     override_label: str = "argument",
+    role: str = "client",
 ) -> Config:
     """Build the effective configuration.
 
@@ -203,6 +204,10 @@ def load_config(
         The environment to read ``OPENCLAW_<KEY>`` from (default ``os.environ``).
     override_label
         How errors name the origin of ``overrides`` (the CLI passes ``--set``).
+    role
+        ``client`` (a session), or ``deploy``: the processes ``openclaw scheduler`` and
+        ``openclaw worker`` start, checked as a process deployment whatever the backend,
+        so one file can hold ``backend: remote`` for clients and the workers' settings.
 
     Returns
     -------
@@ -249,5 +254,11 @@ def load_config(
         sources=MappingProxyType({k: src for k, (_, src) in merged.items()}),
         path=file.resolve() if file is not None else None,
     )
-    checks.check(config)
+    if role == "deploy":
+        import dataclasses
+
+        checks.check(dataclasses.replace(config, parallel=dataclasses.replace(config.parallel, backend="process"),
+                                         cluster=dataclasses.replace(config.cluster, scheduler_address=None)))
+    else:
+        checks.check(config)
     return config
