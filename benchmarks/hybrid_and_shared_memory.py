@@ -37,7 +37,7 @@ def hybrid(n: int, workers: int, omp: int, runs: int) -> None:
         with openclaw_dask.session(backend="process", **kw) as s:
             x = s.persist(s.array((n, n), fill="random", chunks=(n // 2, n)))
             s.compute(x[:1].sum())
-            results[on] = _median_time(s, lambda: (x @ x.T).sum(), runs)
+            results[on] = _median_time(s, lambda x=x: (x @ x.T).sum(), runs)
         gflops = 2 * n**3 / results[on] / 1e9
         print(f"matmul {n}x{n}: hybrid {'on ' if on else 'off'} {results[on] * 1e3:8.1f} ms  {gflops:6.1f} GFLOP/s  ({kw})")
     print(f"HYBRID on/off time ratio: {results[True] / results[False]:.3f}")
@@ -50,7 +50,7 @@ def shared_memory(n: int, workers: int, runs: int) -> None:
             x = s.persist(s.array((n, n), fill="arange", chunks=(n // (2 * workers), n)))
             s.compute(x[:1].sum())
             before = _moved(s)
-            results[on] = _median_time(s, lambda: (x + x.T).sum(), runs)
+            results[on] = _median_time(s, lambda x=x: (x + x.T).sum(), runs)
             moved = (_moved(s) - before) / runs
         print(f"(x + x.T).sum() {n}x{n}: shared memory {'on ' if on else 'off'} {results[on] * 1e3:8.1f} ms, "
               f"{moved / 2**20:8.1f} MiB over TCP between workers per run")

@@ -332,7 +332,7 @@ def test_odd_inputs_give_one_clear_error(tmp_path):
 
 @pytest.mark.parametrize(("doc", "count"), [("docs/deploy.md", 7), ("docs/monitoring.md", 1)])
 def test_every_config_in_the_docs_loads(tmp_path, doc, count):
-    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / doc).read_text(), re.S)
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / doc).read_text(), re.DOTALL)
     configs = [b for b in blocks if yaml.safe_load(b) and set(yaml.safe_load(b)) <= {*TYPED_SECTIONS, "dask"}]
     assert len(configs) == count
     for i, text in enumerate(configs):

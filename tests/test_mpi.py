@@ -56,7 +56,7 @@ def test_a_lost_rank_ends_the_run_with_one_clear_error():
     import dask.array as da
 
     with openclaw_dask.session(backend="mpi", workers=2, timeout=20) as s:
-        victim = sorted(s.client.run(os.getpid).values())[0]
+        victim = min(s.client.run(os.getpid).values())
         x = da.ones((16, 1000), chunks=(1, 1000)).map_blocks(_slow, dtype=float, meta=np.empty((0, 0)))
         threading.Timer(1.0, _kill, (victim,)).start()
         t0 = time.monotonic()
@@ -80,7 +80,7 @@ def test_joins_an_mpirun_it_runs_under(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENCLAW_")} | {"UCX_NET_DEVICES": "lo"}
     r = subprocess.run([str(GFORKER), "-n", "4", str(BIN / "openclaw"), "run", "array-sum", "--json",
                         "--set", "parallel.backend=mpi", "--size", "32MiB"],
-                       capture_output=True, text=True, timeout=90, env=env, cwd=tmp_path)
+                       capture_output=True, text=True, timeout=90, env=env, cwd=tmp_path, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
     out = json.loads(r.stdout)  # only the client rank prints
     assert out["ok"] and out["backend"] == "mpi" and out["workers"] == 2
@@ -91,7 +91,7 @@ def test_joining_with_the_wrong_worker_count_is_a_config_error(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENCLAW_")} | {"UCX_NET_DEVICES": "lo"}
     r = subprocess.run([str(GFORKER), "-n", "3", str(BIN / "openclaw"), "run", "array-sum",
                         "--set", "parallel.backend=mpi", "--set", "parallel.workers=4"],
-                       capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+                       capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path, check=False)
     assert "this MPI job has 3 ranks: 1 workers" in r.stderr and "mpirun -n 6" in r.stderr
     assert "Traceback" not in r.stderr
 
@@ -114,9 +114,8 @@ def test_launch_command_keeps_each_launcher_on_the_interface():
 def test_mpi_refuses_resize_and_prometheus():
     with pytest.raises(ConfigError, match="monitoring.prometheus"):
         openclaw_dask.session(backend="mpi", prometheus=True)
-    with openclaw_dask.session(backend="mpi", workers=1) as s:
-        with pytest.raises(openclaw_dask.ResizeError, match="MPI fixes its ranks"):
-            s.resize_workers(2, force=True)
+    with openclaw_dask.session(backend="mpi", workers=1) as s, pytest.raises(openclaw_dask.ResizeError, match="MPI fixes its ranks"):
+        s.resize_workers(2, force=True)
 
 
 # -- hybrid and shared memory -----------------------------------------------------------

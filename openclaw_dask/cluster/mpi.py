@@ -121,7 +121,7 @@ def _flavour(path: str) -> str:
     if path.endswith("gforker"):
         return "gforker"
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10, check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return "openmpi" if "Open MPI" in out or "OpenRTE" in out else "hydra" if "HYDRA" in out else "unknown"

@@ -102,7 +102,7 @@ def _unanswered(address: str, timeout: float, security: Any) -> str | None:
             return None
         except OSError as e:  # distributed retried until the timeout
             return type(e.__cause__ or e).__name__
-        except Exception:
+        except Exception:  # noqa: BLE001  (any other failure: Client() reports it precisely)
             return None
     return None
 
