@@ -87,6 +87,16 @@ def test_joins_an_mpirun_it_runs_under(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+def test_shared_memory_under_your_mpirun_folds_a_hosts_worker_ranks_into_one(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENCLAW_")} | {"UCX_NET_DEVICES": "lo"}
+    r = subprocess.run([str(GFORKER), "-n", "5", str(BIN / "openclaw"), "run", "array-sum", "--json",
+                        "--set", "parallel.backend=mpi", "--set", "parallel.mpi_shared_memory=true", "--size", "32MiB"],
+                       capture_output=True, text=True, timeout=90, env=env, cwd=tmp_path, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout)
+    assert out["ok"] and (out["workers"], out["threads"]) == (1, 3)  # ranks 2-4 on one host: one worker
+
+
 def test_joining_with_the_wrong_worker_count_is_a_config_error(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENCLAW_")} | {"UCX_NET_DEVICES": "lo"}
     r = subprocess.run([str(GFORKER), "-n", "3", str(BIN / "openclaw"), "run", "array-sum",

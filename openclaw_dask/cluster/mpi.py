@@ -73,8 +73,8 @@ def start(config: Config) -> ClusterHandle:
 # -- shape -----------------------------------------------------------------------------
 
 
-def _shape(config: Config, world: int | None = None) -> tuple[int, int]:
-    """``(worker ranks, task threads per worker)``.
+def _shape(config: Config) -> tuple[int, int]:
+    """``(worker ranks, task threads per worker)`` of a job openclaw launches.
 
     ``mpi_shared_memory`` makes one worker of all the host's slots, so same-host
     tasks share memory instead of sending chunks over sockets; ``hybrid`` keeps one
@@ -83,9 +83,7 @@ def _shape(config: Config, world: int | None = None) -> tuple[int, int]:
     from dask.system import CPU_COUNT
 
     p = config.parallel
-    workers = p.workers
-    if workers == "auto":
-        workers = max(1, world - 2) if world is not None else max(1, CPU_COUNT // p.omp_threads)
+    workers = max(1, CPU_COUNT // p.omp_threads) if p.workers == "auto" else p.workers
     threads = 1 if p.hybrid else p.omp_threads
     if p.mpi_shared_memory:
         return 1, workers * threads
@@ -286,10 +284,12 @@ def _join(config: Config, rank: int, size: int) -> ClusterHandle:
             f"parallel.workers = {p.workers}, but this MPI job has {size} ranks: {size - 2} workers beside the scheduler "
             f"and the client; set parallel.workers=auto or run mpirun -n {p.workers + 2}"
         )
+    threads = 1 if p.hybrid else p.omp_threads
+    comm, workers, nthreads = None, size - 2, threads
     if p.mpi_shared_memory:
-        raise ConfigError("parallel.mpi_shared_memory under your own mpirun: start one rank per host plus two "
-                          "(mpirun -n HOSTS+2 --map-by node) with parallel.omp_threads set to the cores of a host")
-    _, threads = _shape(config, size)
+        comm, workers, nthreads = _fold_hosts(rank, threads)
+        if comm is None:
+            raise SystemExit(0)  # this host's worker rank runs this rank's threads
     host = bind_host(config)
     iface = p.network_interface or interface_of(host)
     os.environ.update(_blas_env(config))
@@ -298,8 +298,9 @@ def _join(config: Config, rank: int, size: int) -> ClusterHandle:
     atexit.register(sys.stderr.flush)
     atexit.register(sys.stdout.flush)
     is_client = initialize(
+        comm=comm,
         interface=iface,
-        nthreads=threads,
+        nthreads=nthreads,
         memory_limit=config.cluster.memory_limit,
         dashboard=config.cluster.dashboard is not False,
         dashboard_address=dashboard_address(config, host) or f"{host}:{config.monitoring.port}",
@@ -310,6 +311,26 @@ def _join(config: Config, rank: int, size: int) -> ClusterHandle:
         # scheduler or worker rank: the cluster has shut down, this rank's work is done
         raise SystemExit(0)
     client = Client(timeout=p.timeout)  # initialize put the address in dask.config
-    client.wait_for_workers(size - 2, timeout=p.timeout)
+    client.wait_for_workers(workers, timeout=p.timeout)
     logger.info("joined MPI job of %d ranks as the client (rank %d)", size, rank)
     return ClusterHandle(client=client, cluster=None, backend="mpi", shutdown=True)
+
+
+def _fold_hosts(rank: int, threads: int) -> tuple[Any, int, int]:
+    """``mpi_shared_memory`` under mpirun: one worker rank per host takes the threads of its others.
+
+    Returns the communicator dask-mpi runs on (scheduler, client and one worker rank per
+    host; ``None`` on a folded rank, which leaves), the number of workers, and this rank's
+    task threads. Every rank must call it: the splits are collective.
+    """
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    node = world.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+    here = sorted(r for r in node.allgather(rank) if r >= 2)  # this host's worker ranks
+    node.Free()
+    lead = bool(here) and rank == here[0]
+    keep = rank < 2 or lead
+    comm = world.Split(0 if keep else MPI.UNDEFINED, key=rank)
+    workers = world.allreduce(int(lead))
+    return (comm if keep else None), workers, threads * len(here) if lead else threads
