@@ -233,3 +233,14 @@ def test_every_listening_socket_is_on_loopback(overrides):
         listening = [c.laddr for p in procs for c in p.net_connections("inet") if c.status == psutil.CONN_LISTEN]
     assert listening, "the scheduler's HTTP server at least should listen"
     assert all(addr.ip == "127.0.0.1" for addr in listening), listening
+
+
+def test_process_nannies_are_never_reaped_by_the_cluster():
+    # SpecCluster would close a nanny whose worker is missing lost-worker-timeout after an
+    # earlier loss (a restart in progress included); nannies restart workers themselves.
+    from openclaw_dask.cluster.settings import dask_settings
+
+    assert float(dask_settings(cfg(backend="process"))["distributed.deploy.lost-worker-timeout"][:-1]) > 10**8
+    assert "distributed.deploy.lost-worker-timeout" not in dask_settings(cfg(backend="thread"))
+    mine = load_config(None, {"backend": "process", "dask.distributed.deploy.lost-worker-timeout": "20s"}, env={})
+    assert dask_settings(mine)["distributed.deploy.lost-worker-timeout"] == "20s"  # the dask: section still wins

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 
 __all__ = ["dask_settings"]
 
+_NEVER = 10**9  # seconds: about 32 years
+
 
 def dask_settings(config: Config) -> dict[str, Any]:
     """Flat ``dask.config`` keys for ``config``; the ``dask:`` section wins over openclaw's own."""
@@ -29,6 +31,13 @@ def dask_settings(config: Config) -> dict[str, Any]:
     # every worker process a nanny starts gets this many BLAS/OpenMP threads (libraries read it at load)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         settings[f"distributed.nanny.pre-spawn-environ.{var}"] = blas_threads(config)
+    if p.backend == "process":
+        # SpecCluster closes a nanny, for good, when its worker is missing from the scheduler
+        # lost-worker-timeout (15 s) after *any* earlier loss, even one the nanny had already
+        # recovered from: a worker that crashes again while restarting then never comes back,
+        # and a run waiting for it hangs (seen under chaos, 1 in about 8 runs). Our nannies
+        # restart their workers themselves, so that reaper is switched off.
+        settings["distributed.deploy.lost-worker-timeout"] = f"{_NEVER}s"
     if p.enabled and p.backend == "thread":
         from openclaw_dask.cluster.network import bind_host
 
