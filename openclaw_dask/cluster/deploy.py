@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from openclaw_dask.cluster.network import bind_host, dashboard_address, http_host, protocol
+from openclaw_dask.cluster.network import bind_host, dashboard_address, http_address, http_host, protocol
+from openclaw_dask.cluster.plugins import task_threads, worker_processes
 from openclaw_dask.cluster.settings import dask_settings
 from openclaw_dask.errors import ConfigError
 
@@ -62,10 +63,11 @@ def _command(argv: list[str], settings: dict[str, Any]) -> Command:
     return Command(argv, env, settings)
 
 
-def _bind(config: Config) -> list[str]:
+def _bind(config: Config) -> tuple[list[str], str]:
+    """The bind options, and the host the HTTP servers take (TLS does not cover HTTP: loopback unless allowed)."""
     iface = config.parallel.network_interface
-    bind_host(config)  # refuses a non-loopback bind the config does not allow
-    return ["--interface", iface] if iface else ["--host", config.cluster.host]
+    host = bind_host(config)  # refuses a non-loopback bind the config does not allow
+    return (["--interface", iface] if iface else ["--host", config.cluster.host]), http_host(config, host)
 
 
 def _check(config: Config) -> None:
@@ -94,12 +96,10 @@ def scheduler_command(config: Config, *, port: int | None = None, scheduler_file
         port = int(address.rpartition(":")[2]) if address else DEFAULT_PORT
     proto = protocol(config)
     proto = "tcp" if proto == "inproc" else proto  # auto on the default backend thread: inproc is one process only
-    argv = [_dask_cli(), "scheduler", *_bind(config), "--port", str(port), "--protocol", proto]
-    host = http_host(config, bind_host(config))  # TLS does not cover HTTP: loopback unless allow_insecure_bind
-    dash = dashboard_address(config, host)
-    # the HTTP server (health, /metrics) runs even without the dashboard: keep it on the bind host
-    argv += ["--dashboard-address", dash or f"{host}:{config.monitoring.port}"]
-    argv += ["--dashboard"] if dash else ["--no-dashboard"]
+    bind, web = _bind(config)
+    argv = [_dask_cli(), "scheduler", *bind, "--port", str(port), "--protocol", proto]
+    argv += ["--dashboard-address", http_address(config, web)]
+    argv += ["--dashboard"] if dashboard_address(config, web) else ["--no-dashboard"]
     if scheduler_file:
         argv += ["--scheduler-file", scheduler_file]
     return _command(argv, _settings(config))
@@ -117,17 +117,13 @@ def worker_command(config: Config, address: str | None = None, *, scheduler_file
     if not address and not scheduler_file:
         raise ConfigError("openclaw worker needs the scheduler's address: openclaw worker tcp://HOST:8786, "
                           "or --scheduler-file, or cluster.scheduler_address")
-    from dask.system import CPU_COUNT
-
-    p = config.parallel
-    workers = max(1, CPU_COUNT // p.omp_threads) if p.workers == "auto" else p.workers
-    argv = [_dask_cli(), "worker", *([address] if address else ["--scheduler-file", scheduler_file]), *_bind(config),
-            "--nworkers", str(workers), "--nthreads", str(1 if p.hybrid else p.omp_threads),
-            "--death-timeout", f"{p.timeout:g}s"]
+    bind, web = _bind(config)
+    argv = [_dask_cli(), "worker", *([address] if address else ["--scheduler-file", scheduler_file]), *bind,
+            "--nworkers", str(worker_processes(config)), "--nthreads", str(task_threads(config)),
+            "--death-timeout", f"{config.parallel.timeout:g}s"]
     if config.cluster.memory_limit != "auto":
         argv += ["--memory-limit", str(config.cluster.memory_limit)]
-    host = http_host(config, bind_host(config))  # TLS does not cover HTTP: loopback unless allow_insecure_bind
-    dash = dashboard_address(config, host)
-    argv += ["--dashboard-address", dash.rpartition(":")[0] + ":0" if dash else f"{host}:0"]
+    dash = dashboard_address(config, web)
+    argv += ["--dashboard-address", dash.rpartition(":")[0] + ":0" if dash else f"{web}:0"]
     argv += ["--dashboard"] if dash else ["--no-dashboard"]
     return _command(argv, _settings(config))

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from dask.system import CPU_COUNT
 
 from openclaw_dask.cluster.handle import ClusterHandle
-from openclaw_dask.cluster.network import bind_host, dashboard_address, http_host, protocol
+from openclaw_dask.cluster.network import bind_host, dashboard_address, http_address, http_host, protocol
+from openclaw_dask.cluster.plugins import blas_threads, task_threads, worker_processes
 from openclaw_dask.cluster.security import security_for
 from openclaw_dask.errors import ClusterStartError
 
@@ -32,8 +33,8 @@ def plan(config: Config) -> dict[str, Any]:
     """The :class:`~distributed.LocalCluster` keyword arguments for ``config`` (nothing is started)."""
     p, c = config.parallel, config.cluster
     processes = p.backend == "process"
-    threads = (1 if p.hybrid else p.omp_threads) if processes else (CPU_COUNT if p.workers == "auto" else p.workers)
-    n_workers = (max(1, CPU_COUNT // p.omp_threads) if p.workers == "auto" else p.workers) if processes else 1
+    threads = task_threads(config) if processes else (CPU_COUNT if p.workers == "auto" else p.workers)
+    n_workers = worker_processes(config) if processes else 1
     host = bind_host(config)
     web = http_host(config, host)
     kwargs: dict[str, Any] = {
@@ -42,9 +43,8 @@ def plan(config: Config) -> dict[str, Any]:
         "processes": processes,
         "protocol": protocol(config),
         "dashboard_address": dashboard_address(config, web),
-        # The HTTP server (health, metrics) runs even without a dashboard: on the bind host (loopback
-        # when only TLS allowed a wider bind), and on monitoring.port or any free port.
-        "scheduler_kwargs": {"dashboard_address": dashboard_address(config, web) or f"{web}:{config.monitoring.port}"},
+        # on the bind host, or loopback when only TLS allowed a wider bind
+        "scheduler_kwargs": {"dashboard_address": http_address(config, web)},
         "silence_logs": getattr(logging, p.log_level),
     }
     if c.memory_limit != "auto":
@@ -69,7 +69,7 @@ def start(config: Config) -> ClusterHandle:
     from distributed import Client, LocalCluster
 
     kwargs = plan(config)
-    slots = kwargs["n_workers"] * (config.parallel.omp_threads if config.parallel.hybrid else kwargs["threads_per_worker"])
+    slots = kwargs["n_workers"] * max(kwargs["threads_per_worker"], blas_threads(config))
     if slots > CPU_COUNT:
         logger.warning(
             "%d worker threads on %d cores: tasks will time-share the cores (check lscpu); lower parallel.workers",

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.handle import ClusterHandle
-from openclaw_dask.cluster.network import bind_host, dashboard_address, interface_of, protocol
-from openclaw_dask.cluster.plugins import blas_threads
+from openclaw_dask.cluster.network import bind_host, http_address, interface_of, protocol
+from openclaw_dask.cluster.plugins import blas_env, task_threads, worker_processes
 from openclaw_dask.cluster.settings import dask_settings
 from openclaw_dask.errors import ClusterStartError, ConfigError
 
@@ -80,19 +80,10 @@ def _shape(config: Config) -> tuple[int, int]:
     tasks share memory instead of sending chunks over sockets; ``hybrid`` keeps one
     task thread per rank and gives the cores to BLAS/OpenMP instead.
     """
-    from dask.system import CPU_COUNT
-
-    p = config.parallel
-    workers = max(1, CPU_COUNT // p.omp_threads) if p.workers == "auto" else p.workers
-    threads = 1 if p.hybrid else p.omp_threads
-    if p.mpi_shared_memory:
+    workers, threads = worker_processes(config), task_threads(config)
+    if config.parallel.mpi_shared_memory:
         return 1, workers * threads
     return workers, threads
-
-
-def _blas_env(config: Config) -> dict[str, str]:
-    n = str(blas_threads(config))
-    return {v: n for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
 
 
 # -- launch: openclaw starts mpiexec ------------------------------------------------------
@@ -154,7 +145,7 @@ def _launch(config: Config) -> ClusterHandle:
             "nthreads": threads,
             "memory_limit": config.cluster.memory_limit,
             "dashboard": config.cluster.dashboard is not False,
-            "dashboard_address": dashboard_address(config, host) or f"{host}:{config.monitoring.port}",
+            "dashboard_address": http_address(config, host),
             "local_directory": str(workdir),
         },
     }
@@ -162,7 +153,7 @@ def _launch(config: Config) -> ClusterHandle:
     # The ranks import what this process can (as multiprocessing's spawn does for LocalCluster),
     # so tasks defined in the caller's modules unpickle there.
     path = os.pathsep.join(p for p in sys.path if p)
-    env = {**os.environ, **_blas_env(config), "UCX_NET_DEVICES": iface, "PYTHONPATH": path}
+    env = {**os.environ, **blas_env(config), "UCX_NET_DEVICES": iface, "PYTHONPATH": path}
     if os.geteuid() == 0:
         # Open MPI refuses to run as root without both (the guide's advice); MPICH ignores them.
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -284,7 +275,7 @@ def _join(config: Config, rank: int, size: int) -> ClusterHandle:
             f"parallel.workers = {p.workers}, but this MPI job has {size} ranks: {size - 2} workers beside the scheduler "
             f"and the client; set parallel.workers=auto or run mpirun -n {p.workers + 2}"
         )
-    threads = 1 if p.hybrid else p.omp_threads
+    threads = task_threads(config)
     comm, workers, nthreads = None, size - 2, threads
     if p.mpi_shared_memory:
         comm, workers, nthreads = _fold_hosts(rank, threads)
@@ -292,7 +283,7 @@ def _join(config: Config, rank: int, size: int) -> ClusterHandle:
             raise SystemExit(0)  # this host's worker rank runs this rank's threads
     host = bind_host(config)
     iface = p.network_interface or interface_of(host)
-    os.environ.update(_blas_env(config))
+    os.environ.update(blas_env(config))
     # mpi4py finalises MPI at exit, after which the launcher may stop forwarding output:
     # flush before it (atexit runs the latest registration first).
     atexit.register(sys.stderr.flush)
@@ -303,7 +294,7 @@ def _join(config: Config, rank: int, size: int) -> ClusterHandle:
         nthreads=nthreads,
         memory_limit=config.cluster.memory_limit,
         dashboard=config.cluster.dashboard is not False,
-        dashboard_address=dashboard_address(config, host) or f"{host}:{config.monitoring.port}",
+        dashboard_address=http_address(config, host),
         protocol=protocol(config),
         exit=False,
     )

@@ -12,7 +12,7 @@ from openclaw_dask.errors import ConfigError
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
 
-__all__ = ["bind_host", "dashboard_address", "http_host", "interface_of", "protocol"]
+__all__ = ["bind_host", "dashboard_address", "http_address", "http_host", "interface_of", "protocol"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -88,3 +88,11 @@ def dashboard_address(config: Config, host: str) -> str | None:
         return f"{host}:{config.monitoring.port}"
     address, _, port = dash.rpartition(":")
     return f"{address or host}:{port}"
+
+
+def http_address(config: Config, host: str) -> str:
+    """``HOST:PORT`` of the scheduler's HTTP server (health, /metrics), which runs even without a dashboard.
+
+    The dashboard's address when it is on, else ``host`` on ``monitoring.port`` (0: a free port).
+    """
+    return dashboard_address(config, host) or f"{host}:{config.monitoring.port}"

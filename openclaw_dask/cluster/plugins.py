@@ -6,9 +6,10 @@ import logging
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-__all__ = ["LOGGERS", "BlasThreads", "LogLevel", "blas_threads"]
+__all__ = ["BLAS_VARIABLES", "LOGGERS", "BlasThreads", "LogLevel", "blas_env", "blas_threads", "task_threads", "worker_processes"]
 
 LOGGERS = ("openclaw_dask", "distributed")
+BLAS_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 class LogLevel(WorkerPlugin):
@@ -47,7 +48,29 @@ class BlasThreads(WorkerPlugin):
             self._limits.restore_original_limits()
 
 
+# The shape of one worker process, the same for process, mpi and ``openclaw worker``.
+
+
 def blas_threads(config) -> int:
     """BLAS/OpenMP threads per worker process: ``omp_threads`` with ``hybrid``, else 1."""
     p = config.parallel
     return p.omp_threads if p.hybrid else 1
+
+
+def blas_env(config) -> dict[str, str]:
+    """The environment that starts a worker process with :func:`blas_threads` BLAS/OpenMP threads."""
+    return dict.fromkeys(BLAS_VARIABLES, str(blas_threads(config)))
+
+
+def task_threads(config) -> int:
+    """Task threads per worker process: one with ``hybrid``, else ``omp_threads``."""
+    p = config.parallel
+    return 1 if p.hybrid else p.omp_threads
+
+
+def worker_processes(config) -> int:
+    """``parallel.workers`` processes; ``auto`` = as many as the cores hold at ``omp_threads`` each."""
+    from dask.system import CPU_COUNT
+
+    p = config.parallel
+    return max(1, CPU_COUNT // p.omp_threads) if p.workers == "auto" else p.workers

@@ -26,11 +26,11 @@ def dask_settings(config: Config) -> dict[str, Any]:
         "distributed.comm.timeouts.tcp": f"{max(p.timeout, 11.0)}s",
         "distributed.scheduler.allowed-failures": config.fault_tolerance.allowed_failures,
     }
-    from openclaw_dask.cluster.plugins import blas_threads
+    from openclaw_dask.cluster.plugins import blas_env
 
     # every worker process a nanny starts gets this many BLAS/OpenMP threads (libraries read it at load)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        settings[f"distributed.nanny.pre-spawn-environ.{var}"] = blas_threads(config)
+    for var, value in blas_env(config).items():
+        settings[f"distributed.nanny.pre-spawn-environ.{var}"] = int(value)
     if p.backend == "process":
         # SpecCluster closes a nanny, for good, when its worker is missing from the scheduler
         # lost-worker-timeout (15 s) after *any* earlier loss, even one the nanny had already
