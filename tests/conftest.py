@@ -30,33 +30,40 @@ def _stop(procs):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
     for p in procs:
-        p.wait(10)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(10)
 
 
-@pytest.fixture
-def dask_scheduler(tmp_path):
-    """A real ``dask scheduler`` on 127.0.0.1, plus a function that adds ``dask worker`` processes."""
+def scheduler_address(sched_file: Path, proc: subprocess.Popen, timeout: float = 30) -> str:
+    """The address a scheduler started with ``--scheduler-file`` writes there, once it has."""
+    deadline = time.monotonic() + timeout
+    while not sched_file.exists() or not sched_file.read_text().strip():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            said = proc.stderr.read().decode() if proc.stderr and proc.poll() is not None else ""
+            raise RuntimeError(f"{' '.join(map(str, proc.args[:2]))} did not start {said}")
+        time.sleep(0.1)
+    return json.loads(sched_file.read_text())["address"]
+
+
+@contextlib.contextmanager
+def dask_deployment(tmp_path: Path, scheduler_args=(), worker_args=("--memory-limit", "2GiB")):
+    """A real ``dask scheduler`` on 127.0.0.1 and a function that adds ``dask worker`` processes; all killed after."""
     sched_file = tmp_path / "scheduler.json"
     procs = [
         subprocess.Popen(
             [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-             "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sched_file)],
+             "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sched_file), *scheduler_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
     ]
     try:
-        deadline = time.monotonic() + 30
-        while not sched_file.exists() or not sched_file.read_text().strip():
-            if time.monotonic() > deadline or procs[0].poll() is not None:
-                raise RuntimeError("dask scheduler did not start")
-            time.sleep(0.1)
-        address = json.loads(sched_file.read_text())["address"]
+        address = scheduler_address(sched_file, procs[0])
 
         def add_worker(nthreads: int = 1) -> None:
             procs.append(
                 subprocess.Popen(
                     [str(BIN / "dask"), "worker", address, "--host", "127.0.0.1", "--nthreads", str(nthreads),
-                     "--no-dashboard", "--dashboard-address", "127.0.0.1:0", "--memory-limit", "2GiB"],
+                     "--no-dashboard", "--dashboard-address", "127.0.0.1:0", *worker_args],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                 )
             )
@@ -64,6 +71,13 @@ def dask_scheduler(tmp_path):
         yield address, add_worker
     finally:
         _stop(procs[::-1])
+
+
+@pytest.fixture
+def dask_scheduler(tmp_path):
+    """A real ``dask scheduler`` on 127.0.0.1, plus a function that adds ``dask worker`` processes."""
+    with dask_deployment(tmp_path) as deployment:
+        yield deployment
 
 
 def openclaw(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 90) -> subprocess.CompletedProcess:

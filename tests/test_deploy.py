@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import time
@@ -13,7 +12,7 @@ import openclaw_dask
 from openclaw_dask.cluster.deploy import scheduler_command, worker_command
 from openclaw_dask.config import load_config
 from openclaw_dask.errors import ClusterStartError
-from tests.conftest import BIN, _stop, openclaw
+from tests.conftest import BIN, _stop, openclaw, scheduler_address
 
 PRELOAD = '''
 def dask_setup(server):
@@ -24,15 +23,6 @@ def dask_setup(server):
 def _start(args, env=None):
     return subprocess.Popen([str(BIN / "openclaw"), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True, env=env)
-
-
-def _address(path, proc, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not (path.exists() and path.read_text().strip()):
-        assert proc.poll() is None, proc.stderr.read().decode()
-        assert time.monotonic() < deadline, "no scheduler file"
-        time.sleep(0.1)
-    return json.loads(path.read_text())["address"]
 
 
 @pytest.fixture
@@ -55,7 +45,7 @@ def test_openclaw_scheduler_takes_stock_and_openclaw_workers(tmp_path, procs):
                     f"cluster:\n  preload: [{tmp_path / 'mark.py'}]\n")
     sched_file = tmp_path / "scheduler.json"
     procs.append(_start(["scheduler", "-c", str(conf), "--port", "0", "--scheduler-file", str(sched_file)]))
-    address = _address(sched_file, procs[0])
+    address = scheduler_address(sched_file, procs[0])
     assert address.startswith("tcp://127.0.0.1:")
     procs.append(_start(["worker", address, "-c", str(conf), "--set", "parallel.workers=1"]))
     procs.append(subprocess.Popen([str(BIN / "dask"), "worker", address, "--host", "127.0.0.1", "--nthreads", "1",

@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN
+from tests.conftest import BIN, _stop
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -109,15 +108,6 @@ def _ip(*args: str) -> None:
     r = subprocess.run(["ip", *args], check=False, capture_output=True, text=True, timeout=15)
     if r.returncode:
         raise RuntimeError(f"ip {' '.join(args)}: {r.stderr.strip()}")
-
-
-def _stop(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGKILL)
-    for p in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            p.wait(10)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import json
 import os
 import re
 import shutil
@@ -20,7 +19,7 @@ from openclaw_dask.cluster.local import plan
 from openclaw_dask.cluster.security import security_for
 from openclaw_dask.config import load_config
 from openclaw_dask.errors import BackendUnavailable, ClusterStartError, ConfigError
-from tests.conftest import BIN, _stop
+from tests.conftest import dask_deployment
 
 pytest.importorskip("cryptography")
 
@@ -74,30 +73,8 @@ def other_certs(tmp_path_factory):
 def tls_scheduler(tmp_path, certs):
     """A real ``dask scheduler`` speaking only TLS on 127.0.0.1, and a function that adds TLS workers."""
     tls = ["--tls-ca-file", certs["ca_file"], "--tls-cert", certs["cert_file"], "--tls-key", certs["key_file"]]
-    sched_file = tmp_path / "scheduler.json"
-    procs = [subprocess.Popen(
-        [str(BIN / "dask"), "scheduler", "--protocol", "tls", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-         "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sched_file), *tls],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )]
-    try:
-        deadline = time.monotonic() + 30
-        while not sched_file.exists() or not sched_file.read_text().strip():
-            if time.monotonic() > deadline or procs[0].poll() is not None:
-                raise RuntimeError("dask scheduler --protocol tls did not start")
-            time.sleep(0.1)
-        address = json.loads(sched_file.read_text())["address"]
-
-        def add_worker() -> None:
-            procs.append(subprocess.Popen(
-                [str(BIN / "dask"), "worker", address, "--host", "127.0.0.1", "--nthreads", "1", "--no-dashboard",
-                 "--dashboard-address", "127.0.0.1:0", "--memory-limit", "1GiB", *tls],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            ))
-
-        yield address, add_worker
-    finally:
-        _stop(procs[::-1])
+    with dask_deployment(tmp_path, ["--protocol", "tls", *tls], ["--memory-limit", "1GiB", *tls]) as deployment:
+        yield deployment
 
 
 def _port(address: str) -> str:
