@@ -2,7 +2,7 @@
 
 Every figure comes from this one run, on data already in memory (generation is not
 timed). Prints a Markdown table for docs/benchmarks.md, and a per-task overhead probe
-that calibrates ``openclaw_dask.chunking.TASK_OVERHEAD_S``.
+that calibrates each backend's ``task_overhead_s`` (``openclaw_dask.cluster.Backend``).
 
     python benchmarks/array_sum_chunks.py --size 2GiB --repeat 7
 """

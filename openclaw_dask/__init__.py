@@ -11,7 +11,8 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from openclaw_dask.chunking import ChunkPlan, plan_chunks
-from openclaw_dask.config import Config, load_config
+from openclaw_dask.cluster import load_config
+from openclaw_dask.config import Config
 from openclaw_dask.elastic import ResizeResult
 from openclaw_dask.errors import (
     BackendUnavailable,

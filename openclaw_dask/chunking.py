@@ -4,10 +4,10 @@ The ``auto`` rule
 -----------------
 1. Start from the guide's rule: ``total bytes / (parallel slots x 10)``, so every
    thread gets about ten chunks and the scheduler can balance load.
-2. Raise it to :data:`MIN_AUTO_CHUNK` for the backend: below that, fixed per-task
-   cost (scheduling, messages) dominates the work. The floor is the chunk a
-   memory-bound NumPy reduction streams in ``20 x`` the per-task overhead, so
-   overhead stays under 5%: ``overhead_s x 13.5 GB/s x 20``.
+2. Raise it to :func:`min_auto_chunk` of the backend's per-task overhead: below
+   that, fixed per-task cost (scheduling, messages) dominates the work. The floor is
+   the chunk a memory-bound NumPy reduction streams in ``20 x`` the per-task overhead,
+   so overhead stays under 5%: ``overhead_s x 13.5 GB/s x 20``.
 3. Lower it to :data:`MAX_AUTO_CHUNK` and to a quarter of one thread's share of
    worker memory, so a worker holds a few chunks per thread at once.
 4. Lower it to ``total / slots`` so every slot has at least one chunk.
@@ -35,17 +35,19 @@ from dask.utils import format_bytes
 
 from openclaw_dask.config.schema import ChunkSize
 
-__all__ = ["MAX_AUTO_CHUNK", "MIN_AUTO_CHUNK", "TASK_OVERHEAD_S", "ChunkPlan", "plan_chunks"]
+__all__ = ["DEFAULT_TASK_OVERHEAD_S", "MAX_AUTO_CHUNK", "ChunkPlan", "min_auto_chunk", "plan_chunks"]
 
-# Fixed cost of one extra task, seconds: measured by benchmarks/array_sum_chunks.py (docs/benchmarks.md).
-TASK_OVERHEAD_S = {"sync": 0.00015, "thread": 0.0008, "process": 0.0008, "remote": 0.0008, "mpi": 0.0008}
+# Fixed cost of one extra task on a distributed cluster, seconds; each backend declares its own
+# (Backend.task_overhead_s), measured by benchmarks/array_sum_chunks.py (docs/benchmarks.md).
+DEFAULT_TASK_OVERHEAD_S = 0.0008
 _STREAM_BYTES_PER_S = 13.5e9  # one thread summing float64 from memory
 _OVERHEAD_FACTOR = 20  # work per task >= 20 x overhead, i.e. overhead <= 5%
-MIN_AUTO_CHUNK = {  # whole MiB, between 4 MiB and 256 MiB
-    k: min(256, max(4, int(v * _STREAM_BYTES_PER_S * _OVERHEAD_FACTOR) // 2**20)) * 2**20
-    for k, v in TASK_OVERHEAD_S.items()
-}
 MAX_AUTO_CHUNK = 512 * 2**20
+
+
+def min_auto_chunk(task_overhead_s: float) -> int:
+    """The smallest auto chunk for a per-task overhead: whole MiB, between 4 MiB and 256 MiB."""
+    return min(256, max(4, int(task_overhead_s * _STREAM_BYTES_PER_S * _OVERHEAD_FACTOR) // 2**20)) * 2**20
 
 
 @dataclass(frozen=True)
@@ -78,13 +80,14 @@ class ChunkPlan:
         return self.dtype.itemsize * math.prod(max(c, default=0) for c in self.chunks)
 
 
-def _auto_target(total: int, itemsize: int, slots: int, backend: str, worker_memory: int | None, threads_per_worker: int) -> tuple[int, str]:
+def _auto_target(total: int, itemsize: int, slots: int, overhead_s: float, worker_memory: int | None,
+                 threads_per_worker: int) -> tuple[int, str]:
     guide = total / (slots * 10)
     target, steps = guide, [f"auto: {format_bytes(total)} / ({slots} slots x 10) = {format_bytes(int(guide))}"]
-    floor = MIN_AUTO_CHUNK.get(backend, MIN_AUTO_CHUNK["process"])
+    floor = min_auto_chunk(overhead_s)
     if target < floor:
         target = floor
-        steps.append(f"raised to {format_bytes(floor)} (per-task overhead of {backend})")
+        steps.append(f"raised to {format_bytes(floor)} (per-task overhead {overhead_s * 1e3:.2g} ms)")
     cap = MAX_AUTO_CHUNK
     if worker_memory:
         cap = min(cap, worker_memory // (4 * max(1, threads_per_worker)))
@@ -118,7 +121,7 @@ def plan_chunks(
     task_chunk_size: ChunkSize,
     strategy: str = "data",
     slots: int = 1,
-    backend: str = "thread",
+    task_overhead_s: float = DEFAULT_TASK_OVERHEAD_S,
     worker_memory: int | None = None,
     threads_per_worker: int = 1,
 ) -> ChunkPlan:
@@ -132,8 +135,8 @@ def plan_chunks(
         ``data`` splits axis 0 first; ``model`` splits the last axis first.
     slots
         Threads that run tasks at once, over all workers.
-    backend
-        Which per-task overhead applies (``sync``, ``thread``, ``process``, ``remote``).
+    task_overhead_s
+        Fixed cost of one more task on the scheduler that runs them (``Backend.task_overhead_s``).
     worker_memory, threads_per_worker
         Memory limit of one worker and its threads, for the auto upper bound.
     """
@@ -146,7 +149,7 @@ def plan_chunks(
         target = int(task_chunk_size.value) * dtype.itemsize
         reason = f"task_chunk_size = {task_chunk_size.value} elements x {dtype.itemsize} B"
     else:
-        target, reason = _auto_target(total, dtype.itemsize, max(1, slots), backend, worker_memory, threads_per_worker)
+        target, reason = _auto_target(total, dtype.itemsize, max(1, slots), task_overhead_s, worker_memory, threads_per_worker)
 
     block = list(shape)
     budget = max(1, target // dtype.itemsize)  # elements per chunk

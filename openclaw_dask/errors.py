@@ -13,9 +13,15 @@ exits 2 for configuration errors and 1 for a failed run.
     └── RunError                                   the run itself failed
         ├── ClusterStartError                      no cluster could be started or reached
         └── ResultMismatch                         a workload computed a wrong answer
+
+:class:`ConfigError` and :class:`BackendUnavailable` keep their parts as attributes
+(``key``, ``value``, ``source``, ``allowed``, ``hint``; ``extra``), so a program can
+act on them; :func:`format_config_error` is the one place that turns them into text.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "BackendUnavailable",
@@ -25,26 +31,94 @@ __all__ = [
     "ResizeError",
     "ResultMismatch",
     "RunError",
+    "format_config_error",
+    "format_value",
 ]
+
+_MISSING: Any = object()
 
 
 class OpenclawError(Exception):
     """Base class of every error openclaw_dask raises on purpose."""
 
 
+def format_value(value: Any) -> str:
+    """Show a configuration value as it would be written in the YAML file."""
+    if value is None:
+        return "null"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 class ConfigError(OpenclawError, ValueError):
     """A configuration key, value or file is invalid.
 
-    The message names the dotted key, the value received, what is allowed, and
-    where the value came from (file and line, environment variable or ``--set``).
+    Parameters
+    ----------
+    message
+        What is wrong, in a few words; may be empty when ``allowed`` says it all.
+    key
+        The dotted key (``parallel.workers``), if one is at fault.
+    value
+        The value received for ``key``.
+    source
+        Where the value came from: ``FILE:LINE``, ``env OPENCLAW_<KEY>=...``, ``--set ...``
+        or ``default``.
+    allowed
+        What the key accepts, e.g. ``"an integer >= 1 or 'auto'"``.
+    hint
+        The fix, e.g. ``"use tcp"``.
     """
+
+    def __init__(self, message: str = "", *, key: str | None = None, value: Any = _MISSING, source: str | None = None,
+                 allowed: str | None = None, hint: str | None = None) -> None:
+        self.message, self.key, self.source, self.allowed, self.hint = message, key, source, allowed, hint
+        self.has_value = value is not _MISSING
+        self.value = value if self.has_value else None
+        super().__init__(format_config_error(self))
+
+    @classmethod
+    def at(cls, config: Any, key: str, message: str, *, hint: str | None = None) -> ConfigError:
+        """An error about ``key`` of ``config``, with its value and where that came from."""
+        return cls(message, key=key, value=config.get(key), source=config.sources.get(key, "default"), hint=hint)
+
+
+def format_config_error(error: ConfigError) -> str:
+    """The one line a :class:`ConfigError` prints: ``SOURCE: KEY = VALUE: MESSAGE; HINT``.
+
+    With ``allowed`` and no message it reads ``SOURCE: KEY must be ALLOWED, got VALUE``.
+    """
+    if error.key is not None and error.has_value and error.allowed is not None and not error.message:
+        body = f"{error.key} must be {error.allowed}, got {error.value!r}"
+    elif error.key is not None and error.has_value:
+        body = f"{error.key} = {format_value(error.value)}: {error.message}"
+        if error.allowed is not None:
+            body += f"; use {error.allowed}"
+    else:
+        body = error.message
+    if error.hint:
+        body += f"; {error.hint}"
+    return f"{error.source}: {body}" if error.source else body
 
 
 class BackendUnavailable(OpenclawError, ImportError):
     """A backend or feature needs an optional extra that is not installed.
 
-    The message names the ``pip install`` command that brings it.
+    Parameters
+    ----------
+    message
+        What needs what, e.g. ``"backend mpi needs mpi4py, which is not installed"``.
+    extra
+        The ``openclaw-dask`` extra that brings it: the message then ends with the
+        ``pip install`` command.
     """
+
+    def __init__(self, message: str, *, extra: str | None = None) -> None:
+        self.extra = extra
+        if extra is not None:
+            message = f"{message}; run: pip install 'openclaw-dask[{extra}]'"
+        super().__init__(message)
 
 
 class ResizeError(OpenclawError):

@@ -5,22 +5,27 @@
 a collector in ``prometheus_client``'s default registry turns it into ``openclaw_*``
 metrics; distributed's scheduler serves that registry at ``/metrics`` beside its own.
 The recovery counts (``workers_lost``, ``tasks_recomputed``, ``failures_recovered``)
-come from a scheduler plugin, :mod:`openclaw_dask.recovery`.
+come from a scheduler plugin, :mod:`openclaw_dask.cluster.recovery`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import threading
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Recovery", "RunMetrics", "register_collector"]
+from openclaw_dask.errors import BackendUnavailable
+
+__all__ = ["Recovery", "RunMetrics", "register_collector", "require_prometheus_client", "serving_metrics"]
 
 
 @dataclass(frozen=True)
 class Recovery:
-    """Worker losses and what they cost, as counted on the scheduler (see :mod:`openclaw_dask.recovery`).
+    """Worker losses and what they cost, as counted on the scheduler (see :mod:`openclaw_dask.cluster.recovery`).
 
     Attributes
     ----------
@@ -147,3 +152,21 @@ def register_collector(metrics: RunMetrics, scheduler: Any) -> Any:
     collector = OpenclawCollector()
     REGISTRY.register(collector)
     return collector
+
+
+def require_prometheus_client() -> None:
+    """Fail early, with the ``pip install``, when ``monitoring.prometheus`` cannot be served."""
+    if importlib.util.find_spec("prometheus_client") is None:
+        raise BackendUnavailable("monitoring.prometheus needs prometheus-client, which is not installed", extra="monitoring")
+
+
+@contextlib.contextmanager
+def serving_metrics(metrics: RunMetrics, scheduler: Any) -> Iterator[Any]:
+    """Serve ``metrics`` beside ``scheduler``'s own at its ``/metrics`` until the block ends."""
+    from prometheus_client import REGISTRY
+
+    collector = register_collector(metrics, scheduler)
+    try:
+        yield collector
+    finally:
+        REGISTRY.unregister(collector)

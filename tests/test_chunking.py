@@ -5,7 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from openclaw_dask.chunking import MAX_AUTO_CHUNK, MIN_AUTO_CHUNK, plan_chunks
+from openclaw_dask.chunking import DEFAULT_TASK_OVERHEAD_S, MAX_AUTO_CHUNK, min_auto_chunk, plan_chunks
+from openclaw_dask.cluster.local import ProcessBackend, ThreadBackend
+from openclaw_dask.cluster.serial import SerialBackend
 from openclaw_dask.config import ChunkSize
 
 MiB = 2**20
@@ -58,20 +60,20 @@ def test_zero_length_axis():
 
 def test_auto_follows_guide_rule_for_large_arrays():
     total = 64 * 2**30  # 64 GiB over 4 slots: guide says 1.6 GiB, capped at MAX_AUTO_CHUNK
-    plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=4, backend="thread")
+    plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=4, task_overhead_s=ThreadBackend.task_overhead_s)
     assert plan.target_bytes == MAX_AUTO_CHUNK
     total = 16 * 2**30  # 16 GiB / (4 x 10) = 410 MiB, between floor and cap: the guide's value
-    plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=4, backend="thread")
+    plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=4, task_overhead_s=ThreadBackend.task_overhead_s)
     assert plan.target_bytes == total // 40
     assert "auto: 16.00 GiB / (4 slots x 10)" in plan.reason
 
 
 def test_auto_is_raised_to_the_overhead_floor():
     total = 2 * 2**30
-    plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=2, backend="process")
-    assert plan.target_bytes == MIN_AUTO_CHUNK["process"]
+    plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=2, task_overhead_s=ProcessBackend.task_overhead_s)
+    assert plan.target_bytes == min_auto_chunk(ProcessBackend.task_overhead_s)
     assert "per-task overhead" in plan.reason
-    assert MIN_AUTO_CHUNK["sync"] <= MIN_AUTO_CHUNK["thread"] <= MIN_AUTO_CHUNK["process"]
+    assert min_auto_chunk(SerialBackend.task_overhead_s) <= min_auto_chunk(ThreadBackend.task_overhead_s)
 
 
 def test_auto_is_capped_by_worker_memory():
@@ -82,7 +84,7 @@ def test_auto_is_capped_by_worker_memory():
 
 
 def test_auto_gives_every_slot_a_chunk():
-    plan = plan_chunks((MiB // 8,), "f8", task_chunk_size=AUTO, slots=4, backend="process")
+    plan = plan_chunks((MiB // 8,), "f8", task_chunk_size=AUTO, slots=4, task_overhead_s=ProcessBackend.task_overhead_s)
     assert plan.n_chunks == 4
 
 
@@ -97,12 +99,12 @@ def test_chunks_cover_the_shape(shape, strategy):
 
 @pytest.mark.parametrize(("total", "slots"), [(2**30, 2), (3 * 2**30, 4), (10**9, 3)])
 def test_auto_chunk_count_is_a_multiple_of_slots(total, slots):
-    plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=slots, backend="thread")
+    plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=slots, task_overhead_s=ThreadBackend.task_overhead_s)
     assert plan.n_chunks % slots == 0
     assert max(plan.chunks[0]) - min(plan.chunks[0]) <= 1
 
 
 @pytest.mark.parametrize("slots", [3, 5, 7])
 def test_one_chunk_per_slot_even_when_the_share_is_not_whole_elements(slots):
-    plan = plan_chunks((33554432,), "f8", task_chunk_size=ChunkSize("auto"), slots=slots, backend="remote")
+    plan = plan_chunks((33554432,), "f8", task_chunk_size=ChunkSize("auto"), slots=slots, task_overhead_s=DEFAULT_TASK_OVERHEAD_S)
     assert len(plan.chunks[0]) == slots and sum(plan.chunks[0]) == 33554432

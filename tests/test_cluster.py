@@ -8,15 +8,17 @@ import time
 import pytest
 
 import openclaw_dask
-from openclaw_dask.cluster import available_backends, get_backend
-from openclaw_dask.cluster.local import plan
-from openclaw_dask.cluster.registry import BackendSpec
-from openclaw_dask.config import load_config
+from openclaw_dask.cluster import available_backends, get_backend, load_config
+from openclaw_dask.cluster.local import ProcessBackend
 from openclaw_dask.errors import BackendUnavailable, ClusterStartError, ConfigError
 
 
 def cfg(**overrides):
     return load_config(None, overrides, env={})
+
+
+def plan(config):
+    return get_backend(config.parallel.backend).plan(config)
 
 
 # -- plans: what would be started (nothing runs) ----------------------------------------
@@ -85,11 +87,16 @@ def test_registry_lists_every_backend():
     assert status["kubernetes"] == "not in this build yet"
 
 
+class FakeBackend(ProcessBackend):
+    name = "fake"
+    requires = ("no_such_module_openclaw",)
+    extra = "mpi"
+
+
 def test_missing_extra_names_the_pip_install(monkeypatch):
     from openclaw_dask.cluster import registry
 
-    spec = BackendSpec("fake", "openclaw_dask.cluster.local", ("no_such_module_openclaw",), "mpi")
-    monkeypatch.setitem(registry.BACKENDS, "fake", spec)
+    monkeypatch.setitem(registry._BUILTIN, "fake", f"{__name__}:FakeBackend")
     assert "pip install 'openclaw-dask[mpi]'" in available_backends()["fake"]
     with pytest.raises(BackendUnavailable, match=r"needs no_such_module_openclaw.*pip install 'openclaw-dask\[mpi\]'"):
         get_backend("fake")

@@ -14,11 +14,11 @@ from openclaw_dask.config import (
     ParallelConfig,
     WorkloadConfig,
     default_config_text,
-    load_config,
 )
 from openclaw_dask.config.checks import NOT_YET
 from openclaw_dask.config.model import ElasticConfig, FaultToleranceConfig, MonitoringConfig, SecurityConfig
 from openclaw_dask.config.schema import TYPED_SECTIONS
+from openclaw_dask.cluster import load_config  # the config layer's loader, then the named backend's own rules
 from openclaw_dask.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,13 +15,16 @@ from pathlib import Path
 import pytest
 
 import openclaw_dask
-from openclaw_dask.cluster.local import plan
 from openclaw_dask.cluster.security import security_for
-from openclaw_dask.config import load_config
+from openclaw_dask.cluster import get_backend, load_config
 from openclaw_dask.errors import BackendUnavailable, ClusterStartError, ConfigError
 from tests.conftest import dask_deployment
 
 pytest.importorskip("cryptography")
+
+
+def plan(config):
+    return get_backend(config.parallel.backend).plan(config)
 
 
 def cfg(**overrides):

@@ -1,30 +1,51 @@
-"""Start or reach a Dask cluster shaped by a :class:`~openclaw_dask.config.Config`."""
+"""Start or reach a Dask cluster shaped by a :class:`~openclaw_dask.config.Config`.
+
+Each backend is a :class:`Backend` (see :mod:`~openclaw_dask.cluster.base`): it declares
+what it can do, checks a config against its own rules, plans without starting anything,
+and starts a :class:`RunningCluster`. :func:`backend_for` picks the one a config names.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from openclaw_dask.cluster.handle import ClusterHandle
-from openclaw_dask.cluster.registry import BACKENDS, available_backends, get_backend
+from openclaw_dask.cluster.base import Backend, Capabilities, RunningCluster
+from openclaw_dask.cluster.registry import ENTRY_POINT_GROUP, available_backends, backend_for, check, get_backend
 
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
 
-__all__ = ["BACKENDS", "ClusterHandle", "available_backends", "get_backend", "open_cluster"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Backend",
+    "Capabilities",
+    "RunningCluster",
+    "available_backends",
+    "backend_for",
+    "check",
+    "get_backend",
+    "load_config",
+]
 
 
-def open_cluster(config: Config) -> ClusterHandle:
-    """Start (or connect to) the cluster ``config.parallel.backend`` names.
+def load_config(path: str | os.PathLike[str] | None = None, overrides: Mapping[str, Any] | None = None, **kwargs: Any) -> Config:
+    """Load a configuration and check it against the backend it names (``openclaw_dask.load_config``).
 
-    Call it inside the dask configuration the session applies, so that timeouts and
-    the ``dask:`` section reach the scheduler and workers. Most users want
-    :func:`openclaw_dask.session` instead, which does that and closes everything.
+    :func:`openclaw_dask.config.load_config` reads the layers and checks keys, values and
+    the combinations that hold for every backend; the backend's :meth:`Backend.check`
+    adds its own rules. Arguments are those of :func:`openclaw_dask.config.load_config`.
 
     Raises
     ------
+    ConfigError
+        For an unknown key, a bad value, or a combination this build cannot run.
     BackendUnavailable
         The backend's extra is not installed.
-    ClusterStartError
-        The cluster could not be started or reached.
     """
-    return get_backend(config.parallel.backend).start(config)
+    from openclaw_dask import config as _config
+
+    loaded = _config.load_config(path, overrides, **kwargs)
+    check(loaded)
+    return loaded

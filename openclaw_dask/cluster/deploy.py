@@ -10,12 +10,15 @@ an ``openclaw scheduler`` and an ``openclaw worker`` joins a stock ``dask schedu
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from openclaw_dask.cluster.base import Backend
+from openclaw_dask.cluster.local import ProcessBackend
 from openclaw_dask.cluster.network import bind_host, dashboard_address, http_address, http_host, protocol
 from openclaw_dask.cluster.plugins import task_threads, worker_processes
 from openclaw_dask.cluster.settings import dask_settings
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_PORT", "Command", "scheduler_command", "worker_command"]
 
 DEFAULT_PORT = 8786
+_DEPLOYED = ProcessBackend()  # what the started processes are: workers under nannies, as the process backend's
 
 
 @dataclass(frozen=True)
@@ -44,8 +48,7 @@ def _dask_cli() -> str:
 
 
 def _settings(config: Config) -> dict[str, Any]:
-    settings = dask_settings(config)
-    settings.pop("distributed.dashboard.link", None)  # the in-process cluster's, not a deployment's
+    settings = dask_settings(config, Backend())  # no backend's own keys: those shape the clusters a session starts
     level = config.parallel.log_level.lower()
     settings.update({"logging.distributed": level, "logging.openclaw_dask": level})
     return settings
@@ -71,13 +74,20 @@ def _bind(config: Config) -> tuple[list[str], str]:
 
 
 def _check(config: Config) -> None:
+    """Check ``config`` as the worker-process deployment these commands start, whatever ``parallel.backend`` says.
+
+    One file can then hold ``backend: remote`` and the address for clients, and the
+    workers' settings for ``openclaw worker``.
+    """
     if config.security.temporary_certificates:
-        raise ConfigError(
-            "security.temporary_certificates = true: a throw-away certificate lives in one process, so separate "
-            "scheduler and worker processes cannot share it; give security.ca_file, cert_file and key_file"
-        )
+        raise ConfigError.at(config, "security.temporary_certificates", "a throw-away certificate lives in one process, so "
+                             "separate scheduler and worker processes cannot share it", hint="give security.ca_file, cert_file and key_file")
     if config.parallel.communication == "inproc":
-        raise ConfigError("parallel.communication = inproc works within one process only; a scheduler or worker process needs tcp or tls")
+        raise ConfigError.at(config, "parallel.communication", "works within one process only",
+                             hint="a scheduler or worker process needs tcp or tls")
+    as_deployed = dataclasses.replace(config, parallel=dataclasses.replace(config.parallel, backend=_DEPLOYED.name),
+                                      cluster=dataclasses.replace(config.cluster, scheduler_address=None))
+    _DEPLOYED.check(as_deployed)
 
 
 def scheduler_command(config: Config, *, port: int | None = None, scheduler_file: str | None = None) -> Command:
@@ -94,10 +104,8 @@ def scheduler_command(config: Config, *, port: int | None = None, scheduler_file
     if port is None:
         address = config.cluster.scheduler_address
         port = int(address.rpartition(":")[2]) if address else DEFAULT_PORT
-    proto = protocol(config)
-    proto = "tcp" if proto == "inproc" else proto  # auto on the default backend thread: inproc is one process only
     bind, web = _bind(config)
-    argv = [_dask_cli(), "scheduler", *bind, "--port", str(port), "--protocol", proto]
+    argv = [_dask_cli(), "scheduler", *bind, "--port", str(port), "--protocol", protocol(config, _DEPLOYED)]
     argv += ["--dashboard-address", http_address(config, web)]
     argv += ["--dashboard"] if dashboard_address(config, web) else ["--no-dashboard"]
     if scheduler_file:
@@ -115,8 +123,8 @@ def worker_command(config: Config, address: str | None = None, *, scheduler_file
     _check(config)
     address = address or config.cluster.scheduler_address
     if not address and not scheduler_file:
-        raise ConfigError("openclaw worker needs the scheduler's address: openclaw worker tcp://HOST:8786, "
-                          "or --scheduler-file, or cluster.scheduler_address")
+        raise ConfigError("openclaw worker needs the scheduler's address",
+                          hint="openclaw worker tcp://HOST:8786, or --scheduler-file, or cluster.scheduler_address")
     bind, web = _bind(config)
     argv = [_dask_cli(), "worker", *([address] if address else ["--scheduler-file", scheduler_file]), *bind,
             "--nworkers", str(worker_processes(config)), "--nthreads", str(task_threads(config)),

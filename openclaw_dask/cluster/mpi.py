@@ -29,18 +29,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from openclaw_dask.cluster.handle import ClusterHandle
+from openclaw_dask.cluster.base import Backend, Capabilities, RunningCluster
 from openclaw_dask.cluster.network import bind_host, http_address, interface_of, protocol
-from openclaw_dask.cluster.plugins import blas_env, task_threads, worker_processes
+from openclaw_dask.cluster.plugins import BlasThreads, blas_env, blas_threads, task_threads, worker_processes
 from openclaw_dask.cluster.settings import dask_settings
 from openclaw_dask.errors import ClusterStartError, ConfigError
 
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
 
-__all__ = ["MpiJob", "launch_command", "rank_environment", "start"]
+__all__ = ["MpiBackend", "MpiJob", "launch_command", "rank_environment"]
 
 logger = logging.getLogger("openclaw_dask.cluster.mpi")
 
@@ -64,10 +65,34 @@ def rank_environment(env: os._Environ[str] | dict[str, str] | None = None) -> tu
     return None
 
 
-def start(config: Config) -> ClusterHandle:
-    """Join the MPI job this process is a rank of, or launch one on this host."""
-    ranks = rank_environment()
-    return _join(config, *ranks) if ranks is not None else _launch(config)
+class MpiBackend(Backend):
+    """``mpi``: scheduler and workers on MPI ranks (dask-mpi); ranks are fixed when the job starts."""
+
+    name = "mpi"
+    capabilities = Capabilities(worker_processes=True, shared_memory=True, socket_buffers=True)
+    why_not = MappingProxyType({
+        "resize": "runs on MPI ranks, and MPI fixes its ranks when mpirun starts (dask-mpi cannot add or remove one)",
+        "prometheus": "the MPI scheduler runs in rank 0, where openclaw's metrics are not collected yet; use backend process, "
+                      "or scrape rank 0's /metrics for distributed's own",
+    })
+    requires = ("mpi4py", "dask_mpi")
+    extra = "mpi"
+
+    def plan(self, config: Config) -> dict[str, Any]:
+        """How the job is joined or launched: ranks, worker ranks, task threads per worker."""
+        ranks = rank_environment()
+        if ranks is not None:
+            return {"mode": "join", "rank": ranks[0], "ranks": ranks[1], "workers": ranks[1] - 2, "threads": task_threads(config)}
+        workers, threads = _shape(config)
+        return {"mode": "launch", "ranks": workers + 1, "workers": workers, "threads": threads, "blas_threads": blas_threads(config)}
+
+    def start(self, config: Config) -> RunningCluster:
+        """Join the MPI job this process is a rank of, or launch one on this host."""
+        ranks = rank_environment()
+        return _join(self, config, *ranks) if ranks is not None else _launch(self, config)
+
+    def worker_plugins(self, config: Config) -> list[Any]:
+        return [*super().worker_plugins(config), BlasThreads(blas_threads(config))]
 
 
 # -- shape -----------------------------------------------------------------------------
@@ -126,7 +151,7 @@ def launch_command(launcher: str, flavour: str, ranks: int, iface: str) -> list[
     return cmd
 
 
-def _launch(config: Config) -> ClusterHandle:
+def _launch(backend: MpiBackend, config: Config) -> RunningCluster:
     p = config.parallel
     workers, threads = _shape(config)
     host = bind_host(config)
@@ -141,7 +166,7 @@ def _launch(config: Config) -> ClusterHandle:
             "scheduler_file": str(scheduler_file),
             "scheduler_port": 0,
             "interface": iface,
-            "protocol": protocol(config),
+            "protocol": protocol(config, backend),
             "nthreads": threads,
             "memory_limit": config.cluster.memory_limit,
             "dashboard": config.cluster.dashboard is not False,
@@ -168,7 +193,7 @@ def _launch(config: Config) -> ClusterHandle:
     except BaseException:
         job.close()
         raise
-    return ClusterHandle(client=client, cluster=job, backend="mpi", shutdown=True, lost=job.lost)
+    return RunningCluster(backend, client, job, shutdown=True, watch=job.lost)
 
 
 class MpiJob:
@@ -263,18 +288,17 @@ def _lost_rank(log: str) -> str:
 # -- join: this process is already a rank -------------------------------------------------
 
 
-def _join(config: Config, rank: int, size: int) -> ClusterHandle:
+def _join(backend: MpiBackend, config: Config, rank: int, size: int) -> RunningCluster:
     from dask_mpi import initialize
     from distributed import Client
 
     if size < 3:
-        raise ConfigError(f"backend mpi under mpirun needs at least 3 ranks (scheduler, client, one worker), got {size}; run mpirun -n 3 or more")
+        raise ConfigError(f"backend mpi under mpirun needs at least 3 ranks (scheduler, client, one worker), got {size}",
+                          hint="run mpirun -n 3 or more")
     p = config.parallel
     if p.workers != "auto" and p.workers != size - 2:
-        raise ConfigError(
-            f"parallel.workers = {p.workers}, but this MPI job has {size} ranks: {size - 2} workers beside the scheduler "
-            f"and the client; set parallel.workers=auto or run mpirun -n {p.workers + 2}"
-        )
+        raise ConfigError.at(config, "parallel.workers", f"this MPI job has {size} ranks: {size - 2} workers beside the scheduler "
+                             "and the client", hint=f"set parallel.workers=auto or run mpirun -n {p.workers + 2}")
     threads = task_threads(config)
     comm, workers, nthreads = None, size - 2, threads
     if p.mpi_shared_memory:
@@ -295,7 +319,7 @@ def _join(config: Config, rank: int, size: int) -> ClusterHandle:
         memory_limit=config.cluster.memory_limit,
         dashboard=config.cluster.dashboard is not False,
         dashboard_address=http_address(config, host),
-        protocol=protocol(config),
+        protocol=protocol(config, backend),
         exit=False,
     )
     if not is_client:
@@ -304,7 +328,7 @@ def _join(config: Config, rank: int, size: int) -> ClusterHandle:
     client = Client(timeout=p.timeout)  # initialize put the address in dask.config
     client.wait_for_workers(workers, timeout=p.timeout)
     logger.info("joined MPI job of %d ranks as the client (rank %d)", size, rank)
-    return ClusterHandle(client=client, cluster=None, backend="mpi", shutdown=True)
+    return RunningCluster(backend, client, shutdown=True)
 
 
 def _fold_hosts(rank: int, threads: int) -> tuple[Any, int, int]:

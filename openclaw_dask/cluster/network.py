@@ -6,10 +6,11 @@ import importlib.util
 import logging
 from typing import TYPE_CHECKING
 
-from openclaw_dask.config.checks import is_loopback
-from openclaw_dask.errors import ConfigError
+from openclaw_dask.config.checks import check_bind, is_loopback
+from openclaw_dask.errors import BackendUnavailable, ConfigError
 
 if TYPE_CHECKING:
+    from openclaw_dask.cluster.base import Backend
     from openclaw_dask.config import Config
 
 __all__ = ["bind_host", "dashboard_address", "http_address", "http_host", "interface_of", "protocol"]
@@ -25,17 +26,13 @@ def bind_host(config: Config) -> str:
     import psutil
     from distributed.utils import get_ip_interface
 
-    where = config.sources.get("parallel.network_interface", "default")
     try:
         address = get_ip_interface(iface)
     except ValueError:
         names = ", ".join(sorted(psutil.net_if_addrs()))
-        raise ConfigError(f"{where}: parallel.network_interface = {iface}: no such interface with an IPv4 address; this machine has: {names}") from None
-    if not is_loopback(address) and not config.cluster.allow_insecure_bind and not config.security.enabled:
-        raise ConfigError(
-            f"{where}: parallel.network_interface = {iface}: its address {address} is not loopback and no TLS is set up; "
-            "use lo, set security.ca_file and cert_file (TLS), or set cluster.allow_insecure_bind=true on a trusted network"
-        )
+        raise ConfigError.at(config, "parallel.network_interface", "no such interface with an IPv4 address",
+                             hint=f"this machine has: {names}") from None
+    check_bind(config, "parallel.network_interface", address)
     return address
 
 
@@ -56,23 +53,21 @@ def interface_of(address: str) -> str:
     for name, addrs in psutil.net_if_addrs().items():
         if any(a.family == socket.AF_INET and a.address == address for a in addrs):
             return name
-    raise ConfigError(f"cluster.host = {address}: no network interface of this machine has that address; use 127.0.0.1 or set parallel.network_interface")
+    raise ConfigError("no network interface of this machine has that address", key="cluster.host", value=address,
+                      hint="use 127.0.0.1 or set parallel.network_interface")
 
 
-def protocol(config: Config) -> str:
-    """The comm protocol for ``communication``, falling back from UCX to TCP as the guide's nccl -> gloo."""
-    comm, backend = config.parallel.communication, config.parallel.backend
+def protocol(config: Config, backend: Backend) -> str:
+    """The comm protocol for ``communication`` on ``backend``, falling back from UCX to TCP as the guide's nccl -> gloo."""
+    comm = config.parallel.communication
     if comm == "auto":
-        if config.security.enabled:  # inproc has no TLS: the thread backend uses tls over loopback
-            return "tls"
-        return "inproc" if backend == "thread" else "tcp"
+        # inproc has no TLS: an in-process backend uses tls over loopback
+        return "tls" if config.security.enabled else backend.default_protocol
     if comm in ("ucx", "nccl"):
         if importlib.util.find_spec("distributed_ucxx") is not None:
             return "ucx"
         why = f"parallel.communication = {comm} needs UCX (pip install distributed-ucxx-cu12), which is not installed"
         if config.parallel.communication_strict:
-            from openclaw_dask.errors import BackendUnavailable
-
             raise BackendUnavailable(f"{why}, and parallel.communication_strict is true; install it, or set communication_strict: false to fall back to tcp")
         logger.warning("%s; chose tcp instead (set parallel.communication_strict: true to make this an error)", why)
         return "tcp"

@@ -1,63 +1,78 @@
 """Which backends exist, which are installed, and how to get the missing ones.
 
-Each backend is a module of this package with ``start(config) -> ClusterHandle``.
-Its optional dependencies are checked with :func:`importlib.util.find_spec`, so
-listing backends imports nothing heavy.
+Built-in backends are listed here by the class that implements them; another package
+adds one through the entry-point group ``openclaw_dask.backends``, whose entries name a
+:class:`~openclaw_dask.cluster.base.Backend` subclass::
+
+    [project.entry-points."openclaw_dask.backends"]
+    mybackend = "mypackage.backend:MyBackend"
+
+A built-in name wins over an entry point of the same name. Missing optional
+dependencies are found with :func:`importlib.util.find_spec`, so listing backends
+imports nothing heavy.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-import importlib.util
-from dataclasses import dataclass
-from types import ModuleType
+import logging
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
 
+from openclaw_dask.cluster.base import Backend
 from openclaw_dask.errors import BackendUnavailable, ConfigError
 
-__all__ = ["BACKENDS", "BackendSpec", "available_backends", "get_backend"]
+if TYPE_CHECKING:
+    from openclaw_dask.config import Config
 
+__all__ = ["ENTRY_POINT_GROUP", "available_backends", "backend_for", "builtin_backends", "check", "get_backend"]
 
-@dataclass(frozen=True)
-class BackendSpec:
-    """One backend: the module that starts it and the extra it needs."""
+logger = logging.getLogger("openclaw_dask.cluster")
 
-    name: str
-    module: str | None  # None: not in this build yet
-    requires: tuple[str, ...] = ()
-    extra: str | None = None
-
-    def missing(self) -> list[str]:
-        return [m for m in self.requires if importlib.util.find_spec(m) is None]
-
-    def status(self) -> str:
-        if self.module is None:
-            return "not in this build yet"
-        missing = self.missing()
-        if missing:
-            return f"missing {', '.join(missing)}: pip install 'openclaw-dask[{self.extra}]'"
-        return "installed"
-
-
-BACKENDS: dict[str, BackendSpec] = {
-    s.name: s
-    for s in (
-        BackendSpec("thread", "openclaw_dask.cluster.local", ("distributed",)),
-        BackendSpec("process", "openclaw_dask.cluster.local", ("distributed",)),
-        BackendSpec("remote", "openclaw_dask.cluster.remote", ("distributed",)),
-        BackendSpec("mpi", "openclaw_dask.cluster.mpi", ("mpi4py", "dask_mpi"), "mpi"),
-        BackendSpec("cuda", None, ("cupy", "dask_cuda"), "cuda"),
-        BackendSpec("kubernetes", None, ("dask_kubernetes",), "k8s"),
-    )
+ENTRY_POINT_GROUP = "openclaw_dask.backends"
+_BUILTIN = {
+    "thread": "openclaw_dask.cluster.local:ThreadBackend",
+    "process": "openclaw_dask.cluster.local:ProcessBackend",
+    "remote": "openclaw_dask.cluster.remote:RemoteBackend",
+    "mpi": "openclaw_dask.cluster.mpi:MpiBackend",
 }
+_PLANNED = {"cuda": "cuda", "kubernetes": "k8s"}  # name -> extra: part of the product, not in this build yet
 
 
-def available_backends() -> dict[str, str]:
-    """Map every backend name to ``installed``, the pip command it needs, or ``not in this build yet``."""
-    return {name: spec.status() for name, spec in BACKENDS.items()}
+@functools.cache
+def _load(target: str) -> Backend:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)()
 
 
-def get_backend(name: str) -> ModuleType:
-    """Import the module that starts backend ``name``.
+def builtin_backends() -> tuple[Backend, ...]:
+    """The built-in backends that can be selected with ``parallel.backend``."""
+    return tuple(_load(target) for target in _BUILTIN.values())
+
+
+def _plugins() -> dict[str, object]:
+    """Entry points of other packages, by name (not loaded: that may import heavy code)."""
+    found = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in _BUILTIN or ep.name in _PLANNED:
+            logger.warning("ignoring backend entry point %s = %s: %s is a built-in backend", ep.name, ep.value, ep.name)
+            continue
+        found[ep.name] = ep
+    return found
+
+
+def _names() -> list[str]:
+    return [*_BUILTIN, *_PLANNED, *_plugins()]
+
+
+def get_backend(name: str, *, source: str | None = None) -> Backend:
+    """The backend ``parallel.backend = name`` selects.
+
+    Parameters
+    ----------
+    source
+        Where ``name`` came from, for error messages.
 
     Raises
     ------
@@ -66,14 +81,72 @@ def get_backend(name: str) -> ModuleType:
     BackendUnavailable
         If its optional dependencies are not installed (names the ``pip install``).
     """
-    spec = BACKENDS.get(name)
-    if spec is None:
-        raise ConfigError(f"parallel.backend = {name}: unknown backend; use one of {', '.join(BACKENDS)}")
-    if spec.module is None:
-        raise ConfigError(f"parallel.backend = {name}: not available in this build yet; use thread, process or remote")
-    missing = spec.missing()
+    backend = _resolve(name, source)
+    missing = backend.missing()
     if missing:
-        raise BackendUnavailable(
-            f"backend {name} needs {', '.join(missing)}, which is not installed; run: pip install 'openclaw-dask[{spec.extra}]'"
-        )
-    return importlib.import_module(spec.module)
+        raise BackendUnavailable(f"backend {name} needs {', '.join(missing)}, which is not installed", extra=backend.extra)
+    return backend
+
+
+def _resolve(name: str, source: str | None) -> Backend:
+    key = "parallel.backend"
+    if name in _BUILTIN:
+        return _load(_BUILTIN[name])
+    if name in _PLANNED:
+        raise ConfigError("backend not available in this build yet", key=key, value=name, source=source,
+                          hint=f"use one of {', '.join(_BUILTIN)}")
+    plugins = _plugins()
+    if name in plugins:
+        return _from_entry_point(name, plugins[name], source)
+    raise ConfigError(key=key, value=name, source=source, allowed=f"one of {', '.join(_names())}")
+
+
+def _from_entry_point(name: str, ep: object, source: str | None) -> Backend:
+    try:
+        cls = ep.load()  # type: ignore[attr-defined]
+    except Exception as e:  # noqa: BLE001  (a broken plugin is the plugin's fault: say which)
+        raise ConfigError(f"the package that provides backend {name} failed to load ({type(e).__name__}: {e})",
+                          key="parallel.backend", value=name, source=source,
+                          hint=f"reinstall it, or check entry point {ep.value}") from None  # type: ignore[attr-defined]
+    backend = cls() if isinstance(cls, type) else cls
+    if not isinstance(backend, Backend) or backend.name != name:
+        raise ConfigError(f"entry point {ep.value} is not an openclaw_dask Backend named {name}",  # type: ignore[attr-defined]
+                          key="parallel.backend", value=name, source=source, hint="fix the plugin package")
+    return backend
+
+
+def backend_for(config: Config) -> Backend:
+    """The backend a session of ``config`` runs on: the serial one when ``parallel.enabled`` is false."""
+    if not config.parallel.enabled:
+        from openclaw_dask.cluster.serial import SerialBackend
+
+        return SerialBackend()
+    return get_backend(config.parallel.backend, source=config.sources.get("parallel.backend"))
+
+
+def check(config: Config) -> Backend:
+    """Check ``config`` against the rules of the backend it names; return that backend.
+
+    With ``parallel.enabled: false`` the configured backend's rules still apply, so
+    switching parallelism off and on again never turns a valid file invalid.
+    """
+    backend = get_backend(config.parallel.backend, source=config.sources.get("parallel.backend"))
+    backend.check(config)
+    return backend
+
+
+def available_backends() -> dict[str, str]:
+    """Map every backend name to ``installed``, the pip command it needs, or ``not in this build yet``."""
+    out = {}
+    for name in _names():
+        if name in _PLANNED:
+            out[name] = "not in this build yet"
+            continue
+        try:
+            backend = _resolve(name, None)
+        except ConfigError as e:  # a plugin that fails to load
+            out[name] = e.message
+            continue
+        missing = backend.missing()
+        out[name] = f"missing {', '.join(missing)}: pip install 'openclaw-dask[{backend.extra}]'" if missing else "installed"
+    return out

@@ -4,31 +4,102 @@ from __future__ import annotations
 
 import logging
 import ssl
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from openclaw_dask.cluster.handle import ClusterHandle
+from openclaw_dask.cluster.base import Backend, Capabilities, RunningCluster
 from openclaw_dask.cluster.security import security_for
-from openclaw_dask.errors import ClusterStartError
+from openclaw_dask.errors import ClusterStartError, ConfigError
 
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
 
-__all__ = ["start"]
+__all__ = ["RemoteBackend"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
+# Keys whose value is set where the user started the scheduler and workers, at their defaults.
+_THEIRS = (("cluster.memory_limit", "auto"), ("cluster.host", "127.0.0.1"), ("cluster.dashboard", False),
+           ("parallel.network_interface", None), ("fault_tolerance.allowed_failures", 3), ("cluster.preload", ()))
 
-def start(config: Config) -> ClusterHandle:
-    """Connect to ``cluster.scheduler_address``; with a number of ``workers``, wait for that many.
 
-    The cluster belongs to the user: closing the session closes only the client.
-    """
+class RemoteBackend(Backend):
+    """``remote``: a client of a ``dask scheduler`` the user runs; the cluster stays theirs."""
+
+    name = "remote"
+    capabilities = Capabilities(owns_cluster=False, tls=True)
+    why_not = MappingProxyType({
+        "resize": "belongs to whoever started dask scheduler and dask worker (start or stop workers there)",
+        "prometheus": "the remote scheduler serves its own /metrics (install prometheus-client where it runs); remove this here",
+        "socket_buffers": "the remote scheduler and workers are yours: start them with DASK_OPENCLAW__SOCKET_BUFFER_SIZE set and "
+                          "--preload (and --preload-nanny) openclaw_dask.cluster.sockets_preload, and remove this key",
+    })
+
+    def check(self, config: Config) -> None:
+        """Only the address, workers to wait for, timeout, TLS files and logging apply to someone else's cluster."""
+        super().check(config)
+        p, c = config.parallel, config.cluster
+        if not c.scheduler_address:
+            raise ConfigError.at(config, "cluster.scheduler_address", "backend remote needs the address of a running dask-scheduler",
+                                 hint="e.g. tcp://127.0.0.1:8786")
+        scheme, sep, rest = c.scheduler_address.partition("://")
+        host, _, port = (rest if sep else scheme).rpartition(":")
+        if not sep or scheme not in ("tcp", "tls", "ucx", "inproc") or not host or not port.isdigit():
+            raise ConfigError.at(config, "cluster.scheduler_address", "expected PROTOCOL://HOST:PORT",
+                                 hint="e.g. tcp://127.0.0.1:8786 (as dask scheduler prints it)")
+        if p.communication not in ("auto", scheme):
+            raise ConfigError.at(config, "parallel.communication", f"the scheduler address {c.scheduler_address} sets the protocol",
+                                 hint="use auto")
+        self._check_tls(config, scheme, rest)
+        for key, default in _THEIRS:
+            if config.get(key) != default:
+                raise ConfigError.at(config, key, "set by whoever started the remote scheduler and workers "
+                                     "(dask scheduler / dask worker options)", hint="remove it here")
+
+    @staticmethod
+    def _check_tls(config: Config, scheme: str, rest: str) -> None:
+        s, key = config.security, "cluster.scheduler_address"
+        if s.temporary_certificates:
+            raise ConfigError.at(config, "security.temporary_certificates", "a remote scheduler cannot trust certificates made by "
+                                 "this process", hint="set security.ca_file, cert_file and key_file")
+        if scheme == "tls" and not s.enabled:
+            raise ConfigError.at(config, key, "a TLS scheduler needs certificates", hint="set security.ca_file, cert_file and key_file")
+        if scheme != "tls" and s.enabled:
+            raise ConfigError.at(config, key, f"not TLS, but certificates are set; write it as tls://{rest} "
+                                 "(the scheduler runs with --protocol tls)", hint="or remove the security keys")
+
+    def plan(self, config: Config) -> dict[str, Any]:
+        """Where the client connects, and how many workers it waits for."""
+        workers = config.parallel.workers
+        return {"address": config.cluster.scheduler_address, "timeout": config.parallel.timeout,
+                "wait_for_workers": None if workers == "auto" else workers, "tls": config.security.enabled}
+
+    def start(self, config: Config) -> RunningCluster:
+        """Connect to ``cluster.scheduler_address``; with a number of ``workers``, wait for that many.
+
+        The cluster belongs to the user: closing the session closes only the client.
+        """
+        address, timeout, want = config.cluster.scheduler_address, config.parallel.timeout, config.parallel.workers
+        logger.info("connecting to %s (timeout %ss)", address, timeout)
+        client = _connect(address, timeout, security_for(config))
+        if want != "auto":
+            try:
+                client.wait_for_workers(want, timeout=timeout)
+            except TimeoutError:
+                have = len(client.scheduler_info(n_workers=-1)["workers"])
+                client.close()
+                raise ClusterStartError(
+                    f"only {have} of {want} workers joined {address} within {timeout:g}s; start more dask-worker "
+                    "processes, or set parallel.workers=auto to use those present"
+                ) from None
+        return RunningCluster(self, client)
+
+
+def _connect(address: str, timeout: float, security: Any) -> Any:
+    """A client of the scheduler at ``address``, or one :class:`ClusterStartError` that says why not."""
     from distributed import Client
     from distributed.comm.core import CommClosedError, FatalCommClosedError
 
-    address, timeout = config.cluster.scheduler_address, config.parallel.timeout
-    security = security_for(config)
-    logger.info("connecting to %s (timeout %ss)", address, timeout)
     tls_failed = (
         f"TLS handshake with the dask-scheduler at {address} failed ({{}}); the scheduler must run with TLS, "
         "security.ca_file must have signed its certificate, and its CA must have signed security.cert_file"
@@ -41,7 +112,7 @@ def start(config: Config) -> ClusterHandle:
     if why is not None:
         raise ClusterStartError(unreachable.format(why))
     try:
-        client = Client(address, timeout=timeout, security=security)
+        return Client(address, timeout=timeout, security=security)
     except FatalCommClosedError as e:  # the TLS handshake itself failed
         raise ClusterStartError(tls_failed.format(_tls_reason(e))) from None
     except ValueError as e:
@@ -59,18 +130,6 @@ def start(config: Config) -> ClusterHandle:
         ) from None
     except (OSError, TimeoutError) as e:
         raise ClusterStartError(unreachable.format(e.__class__.__name__)) from None
-    want = config.parallel.workers
-    if want != "auto":
-        try:
-            client.wait_for_workers(want, timeout=timeout)
-        except TimeoutError:
-            have = len(client.scheduler_info(n_workers=-1)["workers"])
-            client.close()
-            raise ClusterStartError(
-                f"only {have} of {want} workers joined {address} within {timeout:g}s; start more dask-worker "
-                "processes, or set parallel.workers=auto to use those present"
-            ) from None
-    return ClusterHandle(client=client, cluster=None, backend="remote")
 
 
 def _unanswered(address: str, timeout: float, security: Any) -> str | None:
@@ -79,7 +138,7 @@ def _unanswered(address: str, timeout: float, security: Any) -> str | None:
     distributed's ``connect`` awaits the peer's handshake without a deadline, so
     ``Client()`` would wait forever on a port that accepts and stays silent. Closed
     connections (TLS mismatches) return ``None`` and are left to ``Client()``, whose
-    errors are mapped in :func:`start`. The probe runs on its own thread and event
+    errors are mapped in :func:`_connect`. The probe runs on its own thread and event
     loop, so it works inside a notebook's running loop too.
     """
     import asyncio

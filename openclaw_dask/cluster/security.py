@@ -38,7 +38,7 @@ def _path(config: Config, dotted: str) -> str | None:
         path = config.path.parent / path
     path = path.absolute()
     if not path.is_file():
-        raise ConfigError(f"{where}: {dotted} = {value}: no such file ({path}); give the path of a PEM file")
+        raise ConfigError.at(config, dotted, f"no such file ({path})", hint="give the path of a PEM file")
     return str(path)
 
 
@@ -58,17 +58,13 @@ def certificate_files(config: Config) -> tuple[str, str, str | None] | None:
     try:
         ctx = ssl.create_default_context(cafile=ca)
     except OSError as e:  # ssl.SSLError for a bad file, PermissionError for an unreadable one
-        raise _unusable(config, "security.ca_file", f"not a PEM certificate authority ({_reason(e)})") from None
+        raise ConfigError.at(config, "security.ca_file", f"not a PEM certificate authority ({_reason(e)})") from None
     try:
         ctx.load_cert_chain(cert, key)
     except OSError as e:
-        raise _unusable(config, "security.cert_file", f"cannot load it with its key ({_reason(e)}); give a PEM "
-                        "certificate and, in security.key_file or inside it, its unencrypted private key") from None
+        raise ConfigError.at(config, "security.cert_file", f"cannot load it with its key ({_reason(e)})",
+                             hint="give a PEM certificate and, in security.key_file or inside it, its unencrypted private key") from None
     return ca, cert, key
-
-
-def _unusable(config: Config, dotted: str, message: str) -> ConfigError:
-    return ConfigError(f"{config.sources.get(dotted, 'default')}: {dotted} = {config.get(dotted)}: {message}")
 
 
 def _reason(error: OSError) -> str:

@@ -10,15 +10,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from openclaw_dask.cluster.base import Backend
     from openclaw_dask.config import Config
 
 __all__ = ["dask_settings"]
 
-_NEVER = 10**9  # seconds: about 32 years
 
+def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, Any]:
+    """Flat ``dask.config`` keys for ``config``; the ``dask:`` section wins over openclaw's own.
 
-def dask_settings(config: Config) -> dict[str, Any]:
-    """Flat ``dask.config`` keys for ``config``; the ``dask:`` section wins over openclaw's own."""
+    Parameters
+    ----------
+    backend
+        Whose own settings (:meth:`Backend.dask_settings`) to add; default: the one the
+        session of ``config`` runs on (serial when ``parallel.enabled`` is false).
+    """
+    from openclaw_dask.cluster.plugins import blas_env
+    from openclaw_dask.cluster.registry import backend_for
+
     p = config.parallel
     settings: dict[str, Any] = {
         "distributed.comm.timeouts.connect": f"{p.timeout}s",
@@ -26,23 +35,10 @@ def dask_settings(config: Config) -> dict[str, Any]:
         "distributed.comm.timeouts.tcp": f"{max(p.timeout, 11.0)}s",
         "distributed.scheduler.allowed-failures": config.fault_tolerance.allowed_failures,
     }
-    from openclaw_dask.cluster.plugins import blas_env
-
     # every worker process a nanny starts gets this many BLAS/OpenMP threads (libraries read it at load)
     for var, value in blas_env(config).items():
         settings[f"distributed.nanny.pre-spawn-environ.{var}"] = int(value)
-    if p.backend == "process":
-        # SpecCluster closes a nanny, for good, when its worker is missing from the scheduler
-        # lost-worker-timeout (15 s) after *any* earlier loss, even one the nanny had already
-        # recovered from: a worker that crashes again while restarting then never comes back,
-        # and a run waiting for it hangs (seen under chaos, 1 in about 8 runs). Our nannies
-        # restart their workers themselves, so that reaper is switched off.
-        settings["distributed.deploy.lost-worker-timeout"] = f"{_NEVER}s"
-    if p.enabled and p.backend == "thread":
-        from openclaw_dask.cluster.network import bind_host
-
-        # inproc addresses carry the machine's IP, not the host the dashboard binds
-        settings["distributed.dashboard.link"] = "{scheme}://" + bind_host(config) + ":{port}/status"
+    settings.update((backend or backend_for(config)).dask_settings(config))
     if config.security.enabled:
         from openclaw_dask.cluster.security import tls_settings
 
@@ -53,8 +49,6 @@ def dask_settings(config: Config) -> dict[str, Any]:
         _preload(settings, config.cluster.preload, ("scheduler", "worker"))
     if p.socket_buffer_size is not None:
         _socket_buffers(settings, p.socket_buffer_size)
-    if not p.enabled:
-        settings["scheduler"] = "sync"
     return settings
 
 

@@ -41,16 +41,17 @@ def default_config_text() -> str:
 
 def _suggest(name: str, candidates: list[str]) -> str:
     match = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-    return f"; did you mean {match[0]}?" if match else f"; known keys: {', '.join(candidates)}"
+    return f"did you mean {match[0]}?" if match else f"known keys: {', '.join(candidates)}"
 
 
 def _unknown_key(dotted: str, where: str) -> ConfigError:
     section, _, name = dotted.partition(".")
     elsewhere = key_by_name(name)
     if elsewhere is not None and elsewhere.section != section:
-        return ConfigError(f"{where}: unknown key {dotted}; it belongs to section {elsewhere.section}: write {elsewhere.dotted}")
+        return ConfigError(f"unknown key {dotted}", key=dotted, source=where,
+                           hint=f"it belongs to section {elsewhere.section}: write {elsewhere.dotted}")
     names = [k.dotted for k in KEYS if k.section == section] or [k.dotted for k in KEYS]
-    return ConfigError(f"{where}: unknown key {dotted}{_suggest(dotted, names)}")
+    return ConfigError(f"unknown key {dotted}", key=dotted, source=where, hint=_suggest(dotted, names))
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
@@ -66,9 +67,9 @@ def _read_file(path: Path) -> tuple[_Layer, dict[str, Any]]:
     try:
         text = path.read_text("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+        raise ConfigError(f"not UTF-8 text (byte {e.start})", source=str(path), hint="save it as UTF-8") from None
     except OSError as e:
-        raise ConfigError(f"cannot read config file {path}: {e.strerror}; check the path or run `openclaw init`") from None
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}", hint="check the path or run `openclaw init`") from None
     try:
         loader = yaml.SafeLoader(text)
         try:
@@ -80,17 +81,19 @@ def _read_file(path: Path) -> tuple[_Layer, dict[str, Any]]:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{path}{line}: invalid YAML: {problem}") from None
+        raise ConfigError(f"invalid YAML: {problem}", source=f"{path}{line}") from None
     if data is None:
         return {}, {}
     if not isinstance(data, dict) or not isinstance(root, yaml.MappingNode):
-        raise ConfigError(f"{path}:1: the file must be a mapping of sections ({', '.join(SECTIONS)}), got {type(data).__name__}")
+        raise ConfigError(f"the file must be a mapping of sections ({', '.join(SECTIONS)}), got {type(data).__name__}",
+                          source=f"{path}:1")
 
     lines: dict[str, int] = {}
 
     def note(dotted: str, node: yaml.Node) -> None:
         if dotted in lines:  # YAML would keep the last one silently
-            raise ConfigError(f"{path}:{node.start_mark.line + 1}: {dotted} appears twice (first on line {lines[dotted]}); keep one")
+            raise ConfigError(f"{dotted} appears twice (first on line {lines[dotted]})", key=dotted,
+                              source=f"{path}:{node.start_mark.line + 1}", hint="keep one")
         lines[dotted] = node.start_mark.line + 1
 
     for knode, vnode in root.value:
@@ -104,11 +107,11 @@ def _read_file(path: Path) -> tuple[_Layer, dict[str, Any]]:
     for section, body in data.items():
         where = f"{path}:{lines.get(str(section), 1)}"
         if section not in SECTIONS:
-            raise ConfigError(f"{where}: unknown section {section!r}{_suggest(str(section), list(SECTIONS))}")
+            raise ConfigError(f"unknown section {section!r}", source=where, hint=_suggest(str(section), list(SECTIONS)))
         if body is None:
             continue
         if not isinstance(body, dict):
-            raise ConfigError(f"{where}: section {section} must be a mapping of keys, got {body!r}")
+            raise ConfigError(f"section {section} must be a mapping of keys, got {body!r}", source=where)
         if section == "dask":
             _flatten("", body, dask_cfg)
             continue
@@ -138,7 +141,7 @@ def _env_layer(env: Mapping[str, str]) -> _Layer:
         key = env_names.get(var)
         if key is None:  # may belong to another tool: say so, but do not refuse to run
             logger.warning(
-                "environment variable %s is not an openclaw setting%s; it has no effect",
+                "environment variable %s is not an openclaw setting; %s; it has no effect",
                 var, _suggest(var, sorted(env_names)),
             )
             continue
@@ -150,7 +153,7 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     """Split a ``--set KEY=VALUE`` argument; the value is read as YAML (``2``, ``false``, ``64MiB``)."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set parallel.workers=2")
+        raise ConfigError("expected KEY=VALUE, e.g. --set parallel.workers=2", source=f"--set {text!r}")
     return key.strip(), _parse_scalar(value)
 
 
@@ -161,14 +164,14 @@ def _override_layer(overrides: Mapping[str, Any], label: str) -> tuple[_Layer, d
         where = f"{label} {name}={value}"
         if name.startswith("dask."):
             if not name[len("dask."):].strip("."):
-                raise ConfigError(f"{where}: a dask key needs a name after 'dask.', e.g. dask.array.chunk-size=32MiB")
+                raise ConfigError("a dask key needs a name after 'dask.', e.g. dask.array.chunk-size=32MiB", source=where)
             _flatten(name[len("dask."):], value, dask_cfg)
             continue
         key = key_by_name(name)
         if key is None:
             if "." in name:
                 raise _unknown_key(name, where)
-            raise ConfigError(f"{where}: unknown key {name}{_suggest(name, [k.name for k in KEYS])}")
+            raise ConfigError(f"unknown key {name}", key=name, source=where, hint=_suggest(name, [k.name for k in KEYS]))
         layer[key.dotted] = (value, where)
     return layer, dask_cfg
 
@@ -182,13 +185,32 @@ def _discover(path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Pa
     return candidate if candidate.is_file() else None
 
 
+def _build(merged: _Layer, dask_cfg: dict[str, Any], file: Path | None) -> Config:
+    """Coerce every merged value by its schema key into the frozen :class:`Config`."""
+    values: dict[str, Any] = {}
+    for key in KEYS:
+        raw, where = merged[key.dotted]
+        try:
+            values[key.dotted] = key.coerce(raw)
+        except Invalid as e:
+            raise ConfigError(key=key.dotted, value=raw, source=where, allowed=str(e)) from None
+    classes = {"parallel": model.ParallelConfig, "cluster": model.ClusterConfig, "workload": model.WorkloadConfig,
+               "elastic": model.ElasticConfig, "fault_tolerance": model.FaultToleranceConfig,
+               "monitoring": model.MonitoringConfig, "security": model.SecurityConfig}
+    return Config(
+        **{name: classes[name](**{k.name: values[k.dotted] for k in KEYS if k.section == name}) for name in TYPED_SECTIONS},
+        dask=MappingProxyType(dask_cfg),
+        sources=MappingProxyType({k: src for k, (_, src) in merged.items()}),
+        path=file.resolve() if file is not None else None,
+    )
+
+
 def load_config(
     path: str | os.PathLike[str] | None = None,
     overrides: Mapping[str, Any] | None = None,
     *,
     env: Mapping[str, str] | None = None,
     override_label: str = "argument",
-    role: str = "client",
 ) -> Config:
     """Build the effective configuration.
 
@@ -204,15 +226,13 @@ def load_config(
         The environment to read ``OPENCLAW_<KEY>`` from (default ``os.environ``).
     override_label
         How errors name the origin of ``overrides`` (the CLI passes ``--set``).
-    role
-        ``client`` (a session), or ``deploy``: the processes ``openclaw scheduler`` and
-        ``openclaw worker`` start, checked as a process deployment whatever the backend,
-        so one file can hold ``backend: remote`` for clients and the workers' settings.
 
     Returns
     -------
     Config
-        Frozen and validated.
+        Frozen; its keys, values and backend-independent combinations are checked. The
+        rules of the backend it names are checked by ``openclaw_dask.load_config`` (which
+        calls this) and again when a session starts.
 
     Raises
     ------
@@ -236,29 +256,6 @@ def load_config(
     merged: _Layer = {}
     for layer in layers:
         merged.update(layer)
-
-    values: dict[str, Any] = {}
-    for key in KEYS:
-        raw, where = merged[key.dotted]
-        try:
-            values[key.dotted] = key.coerce(raw)
-        except Invalid as e:
-            raise ConfigError(f"{where}: {key.dotted} must be {e}, got {raw!r}") from None
-
-    classes = {"parallel": model.ParallelConfig, "cluster": model.ClusterConfig, "workload": model.WorkloadConfig,
-               "elastic": model.ElasticConfig, "fault_tolerance": model.FaultToleranceConfig,
-               "monitoring": model.MonitoringConfig, "security": model.SecurityConfig}
-    config = Config(
-        **{name: classes[name](**{k.name: values[k.dotted] for k in KEYS if k.section == name}) for name in TYPED_SECTIONS},
-        dask=MappingProxyType(dask_cfg),
-        sources=MappingProxyType({k: src for k, (_, src) in merged.items()}),
-        path=file.resolve() if file is not None else None,
-    )
-    if role == "deploy":
-        import dataclasses
-
-        checks.check(dataclasses.replace(config, parallel=dataclasses.replace(config.parallel, backend="process"),
-                                         cluster=dataclasses.replace(config.cluster, scheduler_address=None)))
-    else:
-        checks.check(config)
+    config = _build(merged, dask_cfg, file)
+    checks.check(config)
     return config

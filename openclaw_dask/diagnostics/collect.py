@@ -59,6 +59,8 @@ class RunRecord:
     backend: str
     start: float
     stop: float = 0.0
+    task_overhead_s: float = 0.0008  # the backend's fixed cost per task (Backend.task_overhead_s)
+    in_process: bool = False  # tasks shared one process's memory (nothing to transfer between workers)
     tasks: list[TaskRecord] = field(default_factory=list)
     workers: dict[str, WorkerRecord] = field(default_factory=dict)
 
@@ -124,7 +126,9 @@ def collect(session: Any) -> Iterator[RunRecord]:
 
     Yields a :class:`RunRecord` that is filled in when the block ends.
     """
-    record = RunRecord(backend=session.scheduler_kind, start=time.time())
+    backend = session.backend
+    record = RunRecord(backend=backend.name, start=time.time(), task_overhead_s=backend.task_overhead_s,
+                       in_process=backend.capabilities.in_process)
     if session.client is None:
         with _local(record):
             yield record

@@ -81,11 +81,7 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
     x = track_persist(session, x, "generating array", show=progress)
     generate_s = time.perf_counter() - t_start
 
-    times, total = [], math.nan
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        total = float(session.compute(x.sum()))
-        times.append(time.perf_counter() - t0)
+    total, times = _timed_sums(session, x, repeat)
     del x  # release worker memory before reporting
     wall_s = time.perf_counter() - t_start
     expected = n * (n - 1) / 2
@@ -108,7 +104,7 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
         chunk_bytes=8 * max(chunks),
         n_chunks=len(chunks),
         chunk_reason=plan.reason,
-        backend=cfg.parallel.backend if cfg.parallel.enabled else "serial",
+        backend=session.backend.name,
         enabled=cfg.parallel.enabled,
         workers=len(workers) or 1,
         threads=session.slots,
@@ -117,6 +113,16 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
         failures_recovered=recovery.failures_recovered,
     )
 
+
+
+def _timed_sums(session: Any, x: Any, repeat: int) -> tuple[float, list[float]]:
+    """The sum of ``x`` and the seconds each of ``repeat`` runs took."""
+    total, times = math.nan, []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        total = float(session.compute(x.sum()))
+        times.append(time.perf_counter() - t0)
+    return total, times
 
 
 def _skewed(chunks: tuple[int, ...], skew: float) -> tuple[int, ...]:

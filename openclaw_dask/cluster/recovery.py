@@ -30,15 +30,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from openclaw_dask.monitoring import RunMetrics
+if TYPE_CHECKING:
+    from openclaw_dask.cluster.base import RunningCluster
+    from openclaw_dask.monitoring import RunMetrics
 
 __all__ = ["RecoveryCounter", "RecoveryWatch", "read_counts"]
 
-logger = logging.getLogger("openclaw_dask.recovery")
+logger = logging.getLogger("openclaw_dask.cluster.recovery")
 
 COUNTS = ("workers_lost", "tasks_recomputed", "failures_recovered")
 # States in which the scheduler still means to compute a task: a lost task left in one
@@ -165,21 +167,21 @@ def read_counts(dask_scheduler: Any = None, name: str = "") -> dict[str, int] | 
 class RecoveryWatch:
     """A :class:`RecoveryCounter` on a session's scheduler, feeding the session's metrics.
 
+    A context manager: leaving it takes the plugin off the scheduler.
+
     Parameters
     ----------
     handle
-        The session's :class:`~openclaw_dask.cluster.ClusterHandle`.
+        The session's :class:`~openclaw_dask.cluster.RunningCluster`.
     metrics
         The session's metrics; their recovery counts become ``None`` when the
         scheduler cannot run the plugin.
     """
 
-    def __init__(self, handle: Any, metrics: RunMetrics) -> None:
-        from distributed import Scheduler
-
+    def __init__(self, handle: RunningCluster, metrics: RunMetrics) -> None:
         self.handle, self.metrics = handle, metrics
-        scheduler = getattr(handle.cluster, "scheduler", None)
-        self.local = isinstance(scheduler, Scheduler)
+        scheduler = handle.scheduler
+        self.local = scheduler is not None
         self.plugin = RecoveryCounter(metrics if self.local else None)
         self.registered = False
         if self.local:
@@ -217,3 +219,9 @@ class RecoveryWatch:
             elif self.handle.client.status == "running":
                 self.refresh()
                 self.handle.client.unregister_scheduler_plugin(self.plugin.name)
+
+    def __enter__(self) -> RecoveryWatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,135 @@
+"""Session-aware array creation: new arrays made on the workers, and existing ones wrapped.
+
+Chunks follow the session's ``task_chunk_size`` and ``strategy``. The functions take the
+session first and are also :class:`~openclaw_dask.Session` methods (``s.array(...)``,
+``s.from_array(...)``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from openclaw_dask.chunking import ChunkPlan, plan_chunks
+from openclaw_dask.errors import OpenclawError
+
+if TYPE_CHECKING:
+    import dask.array as da
+
+__all__ = ["FILLS", "array", "chunk_plan", "chunks", "from_array"]
+
+FILLS = ("arange", "random", "zeros", "ones")
+
+
+def chunk_plan(session: Any, shape: tuple[int, ...], dtype: Any = "float64") -> ChunkPlan:
+    """The chunks :func:`chunks` would choose for ``session``, with the reason (see :mod:`openclaw_dask.chunking`)."""
+    workers = list(session.workers().values())
+    p = session.config.parallel
+    return plan_chunks(
+        tuple(shape), dtype, task_chunk_size=p.task_chunk_size, strategy=p.strategy, slots=session.slots,
+        task_overhead_s=session.backend.task_overhead_s,
+        worker_memory=min((w.get("memory_limit") or 0 for w in workers), default=0) or None,
+        threads_per_worker=max((w["nthreads"] for w in workers), default=1),
+    )
+
+
+def chunks(session: Any, shape: tuple[int, ...], dtype: Any = "float64") -> tuple[tuple[int, ...], ...]:
+    """Dask chunks for ``shape`` and ``dtype`` from ``task_chunk_size`` and ``strategy``."""
+    return chunk_plan(session, shape, dtype).chunks
+
+
+def _fill_block(kind: str, seed: int, dtype: str, block_info: dict | None = None) -> np.ndarray:
+    """Make one block on the worker that runs it (nothing travels from the client)."""
+    info = block_info[None]
+    location = info["array-location"]
+    shape = tuple(stop - start for start, stop in location)
+    if kind == "arange":  # value = flat index, so sums have a closed form
+        strides = np.cumprod((1,) + tuple(info["shape"][:0:-1]))[::-1]
+        block = np.zeros(shape, dtype=dtype) if len(shape) > 1 else None
+        for axis, ((start, stop), stride) in enumerate(zip(location, strides)):
+            coords = np.arange(start * stride, stop * stride, stride, dtype=dtype)
+            if block is None:
+                return coords
+            block += coords.reshape((-1,) + (1,) * (len(shape) - axis - 1))
+        return block
+    if kind == "random":
+        rng = np.random.default_rng([seed, *info["chunk-location"]])
+        return rng.random(shape, dtype=dtype) if np.dtype(dtype).kind == "f" else rng.integers(0, 1000, shape).astype(dtype)
+    if kind == "zeros":
+        return np.zeros(shape, dtype=dtype)
+    return np.ones(shape, dtype=dtype)
+
+
+def array(
+    session: Any,
+    shape: tuple[int, ...] | int,
+    dtype: Any = "float64",
+    *,
+    fill: str | Callable[..., np.ndarray] = "random",
+    seed: int = 0,
+    chunks: tuple[tuple[int, ...], ...] | None = None,
+) -> da.Array:
+    """A new dask array whose blocks are made on the workers.
+
+    Parameters
+    ----------
+    shape, dtype
+        Of the whole array; chunks follow ``task_chunk_size`` and ``strategy``.
+    fill
+        ``random`` (uniform [0, 1), seeded per block), ``arange`` (each element is
+        its flat index), ``zeros``, ``ones``, or a function ``f(block_info=...)``
+        as for :func:`dask.array.map_blocks` that returns one block.
+    seed
+        Seed of ``random``; the same seed gives the same array for any chunking
+        of the same shape only block by block, so keep chunks fixed to compare.
+    chunks
+        Explicit dask chunks instead of the session's choice.
+    """
+    import dask.array as da
+    from dask.base import tokenize
+
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    dtype = np.dtype(dtype)
+    # block shapes such as (500, 2000) become full chunks, as da.ones(..., chunks=) takes them
+    chunks = session.chunks(shape, dtype) if chunks is None else da.core.normalize_chunks(chunks, shape, dtype=dtype)
+    meta = np.empty((0,) * len(shape), dtype=dtype)
+    if callable(fill):
+        return da.map_blocks(fill, chunks=chunks, dtype=dtype, meta=meta)
+    if fill not in FILLS:
+        raise OpenclawError(f"fill={fill!r} is not known; use one of {', '.join(FILLS)} or a function")
+    # The name must depend on everything that changes the blocks, or two arrays share keys.
+    name = f"openclaw-{fill}-{tokenize(fill, seed, shape, dtype.str, chunks)}"
+    return da.map_blocks(_fill_block, fill, seed, dtype.str, chunks=chunks, dtype=dtype, meta=meta, name=name)
+
+
+def from_array(session: Any, x: Any) -> da.Array:
+    """Wrap an array-like as a dask array chunked by ``session``.
+
+    NumPy arrays are scattered to the workers block by block, so the graph stays
+    small; dask arrays are rechunked; other array-likes (h5py, zarr, memmap) are
+    read lazily, chunk by chunk, where the tasks run.
+    """
+    import dask.array as da
+
+    if isinstance(x, da.Array):
+        return x.rechunk(session.chunks(x.shape, x.dtype))
+    chunks = session.chunks(x.shape, x.dtype)
+    if not isinstance(x, np.ndarray) or session.client is None:
+        return da.from_array(x, chunks=chunks)
+    return _scatter_blocks(session.client, x, chunks)
+
+
+def _scatter_blocks(client: Any, x: np.ndarray, chunks: tuple[tuple[int, ...], ...]) -> da.Array:
+    import dask.array as da
+
+    starts = [np.cumsum((0,) + c[:-1]) for c in chunks]
+    index = list(itertools.product(*(range(len(c)) for c in chunks)))
+    blocks = [x[tuple(slice(starts[a][i], starts[a][i] + chunks[a][i]) for a, i in enumerate(idx))] for idx in index]
+    futures = client.scatter(blocks, hash=False)
+    name = f"openclaw-scattered-{uuid.uuid4().hex}"
+    dsk = {(name, *idx): f for idx, f in zip(index, futures)}
+    return da.Array(dsk, name, chunks, dtype=x.dtype, meta=np.empty((0,) * x.ndim, dtype=x.dtype))

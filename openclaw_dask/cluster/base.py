@@ -1,0 +1,210 @@
+"""What a backend is: declared capabilities, its own checks, a pure plan, and a start.
+
+A backend is a :class:`Backend` subclass, one per module of this package (``local``,
+``remote``, ``mpi``, ``serial``) or from another package through the entry-point group
+``openclaw_dask.backends`` (see :mod:`~openclaw_dask.cluster.registry`). Code outside
+``cluster/`` asks the object what it can do (``backend.capabilities.resize``) and never
+compares backend names.
+
+Life of a backend in a session::
+
+    backend = backend_for(config)      # registry: the class parallel.backend names
+    backend.check(config)              # its rules, each in one place (load_config runs them too)
+    backend.plan(config)               # pure: what would start, for tests and --dry-run
+    with backend.start(config) as running:    # a RunningCluster: client, cluster, close()
+        client.register_plugin(p) for p in backend.worker_plugins(config)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from distributed import Client, Scheduler
+
+    from openclaw_dask.config import Config
+
+__all__ = ["Backend", "Capabilities", "RunningCluster"]
+
+logger = logging.getLogger("openclaw_dask.cluster")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do; each flag turns rules and session features on or off.
+
+    Attributes
+    ----------
+    owns_cluster
+        Starts (and stops) its scheduler and workers; ``False``: connects to someone else's.
+    in_process
+        Tasks run in the calling process: BLAS pools are held there, ``inproc`` comms work.
+    worker_processes
+        Workers are processes openclaw shapes: ``omp_threads`` and ``hybrid`` apply.
+    shared_memory
+        ``parallel.mpi_shared_memory`` can fold a host's workers into one.
+    resize, adapt
+        ``resize_workers`` and ``elastic.adaptive`` work.
+    prometheus
+        The scheduler runs in this process, so openclaw's metrics join its ``/metrics``.
+    tls
+        The ``security:`` section applies.
+    socket_buffers
+        ``parallel.socket_buffer_size`` reaches its sockets.
+    """
+
+    owns_cluster: bool = True
+    in_process: bool = False
+    worker_processes: bool = False
+    shared_memory: bool = False
+    resize: bool = False
+    adapt: bool = False
+    prometheus: bool = False
+    tls: bool = False
+    socket_buffers: bool = False
+
+
+class Backend:
+    """Base class of every backend; subclasses declare, check, plan and start.
+
+    Class attributes
+    ----------------
+    name
+        The value of ``parallel.backend`` that selects it.
+    capabilities
+        A :class:`Capabilities`.
+    why_not
+        For a capability it lacks, the reason a refusal gives (``{"resize": "..."}``).
+    requires, extra
+        Modules it needs beyond the base install, and the ``openclaw-dask`` extra that brings them.
+    default_protocol
+        What ``parallel.communication: auto`` means without TLS.
+    task_overhead_s
+        Fixed cost of one more task, seconds: the auto chunk size keeps it small.
+    """
+
+    name: ClassVar[str] = ""
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    why_not: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    requires: ClassVar[tuple[str, ...]] = ("distributed",)
+    extra: ClassVar[str | None] = None
+    default_protocol: ClassVar[str] = "tcp"
+    task_overhead_s: ClassVar[float] = 0.0008
+
+    def missing(self) -> list[str]:
+        """The required modules that are not installed (nothing is imported)."""
+        return [m for m in self.requires if importlib.util.find_spec(m) is None]
+
+    def refusal(self, capability: str) -> str:
+        """Why this backend cannot do ``capability``, for an error message."""
+        return self.why_not.get(capability, f"backend {self.name} cannot do that")
+
+    def check(self, config: Config) -> None:
+        """Raise :class:`ConfigError` for the first setting this backend cannot honour.
+
+        The base class enforces the rules that follow from :attr:`capabilities`;
+        subclasses add their own and call ``super().check(config)``.
+        """
+        from openclaw_dask.cluster import rules
+
+        rules.check_capabilities(self, config)
+
+    def plan(self, config: Config) -> Any:
+        """What :meth:`start` would start, as plain data; starts nothing."""
+        raise NotImplementedError
+
+    def start(self, config: Config) -> RunningCluster:
+        """Start (or reach) the cluster and connect a client; call inside the session's dask config."""
+        raise NotImplementedError
+
+    def worker_plugins(self, config: Config) -> list[Any]:
+        """The :class:`~distributed.diagnostics.plugin.WorkerPlugin` s every worker of a session gets."""
+        from openclaw_dask.cluster.plugins import LogLevel
+
+        return [LogLevel(config.parallel.log_level)]
+
+    def dask_settings(self, config: Config) -> dict[str, Any]:
+        """``dask.config`` keys this backend needs on top of :func:`~openclaw_dask.cluster.settings.dask_settings`."""
+        return {}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+@dataclass
+class RunningCluster:
+    """A started backend: the connected client and, when openclaw owns it, the cluster behind it.
+
+    A context manager: leaving it closes the client, then the cluster if openclaw started it.
+
+    Attributes
+    ----------
+    backend
+        The :class:`Backend` that started it.
+    client
+        The :class:`distributed.Client`; ``None`` for the serial backend.
+    cluster
+        The object openclaw started (a ``LocalCluster``, an ``MpiJob``), or ``None`` when
+        someone else owns the cluster.
+    shutdown
+        Closing shuts the scheduler and its workers down through the client first
+        (MPI ranks leave once their scheduler is gone).
+    watch
+        ``watch(wait)`` says why the cluster ended under a running session, or ``None``.
+    """
+
+    backend: Backend
+    client: Client | None
+    cluster: Any = None
+    shutdown: bool = False
+    watch: Callable[[float], str | None] | None = None
+    closed: bool = field(default=False, init=False)
+
+    @property
+    def scheduler(self) -> Scheduler | None:
+        """The scheduler object when it runs in this process (thread and process backends), else ``None``."""
+        from distributed import Scheduler
+
+        scheduler = getattr(self.cluster, "scheduler", None)
+        return scheduler if isinstance(scheduler, Scheduler) else None
+
+    def lost(self, wait: float = 10.0) -> str | None:
+        """Why the cluster ended while in use, waiting up to ``wait`` s to learn it; ``None`` if it runs."""
+        return None if self.watch is None else self.watch(wait)
+
+    def close(self) -> None:
+        """Close the client, then the cluster if openclaw started it. Safe to call twice."""
+        if self.closed or self.client is None:
+            self.closed = True
+            return
+        self.closed = True
+        gone = self.lost(0) is not None
+        if self.shutdown and not gone:
+            with contextlib.suppress(Exception):
+                self.client.shutdown()
+        client_log = logging.getLogger("distributed.client")
+        level = client_log.level
+        if gone:  # the reason was reported already; cancelling the reconnect would log a traceback
+            client_log.setLevel(logging.CRITICAL)
+        try:
+            for thing in (self.client, self.cluster):
+                # A cluster that already lost its scheduler must not turn close() into an error.
+                with contextlib.suppress(Exception):
+                    if thing is not None:
+                        thing.close()
+        finally:
+            client_log.setLevel(level)
+        logger.debug("closed %s cluster", self.backend.name)
+
+    def __enter__(self) -> RunningCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+

@@ -1,0 +1,77 @@
+"""The configuration rules that follow from a backend's :class:`~openclaw_dask.cluster.base.Capabilities`.
+
+:meth:`Backend.check <openclaw_dask.cluster.base.Backend.check>` runs them; a backend
+adds its own rules in its module. Messages name the backends that *can* do a thing by
+asking the registry, so a backend installed from another package is named too.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from openclaw_dask.errors import ConfigError
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster.base import Backend
+    from openclaw_dask.config import Config
+
+__all__ = ["able", "check_capabilities"]
+
+
+def able(capability: str) -> str:
+    """The built-in backends with ``capability``, as words: ``process and mpi``."""
+    from openclaw_dask.cluster.registry import builtin_backends
+
+    names = [b.name for b in builtin_backends() if getattr(b.capabilities, capability)]
+    return " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def check_capabilities(backend: Backend, config: Config) -> None:
+    """Refuse the first setting that needs a capability ``backend`` lacks."""
+    _check_shape(backend, config)
+    _check_services(backend, config)
+    _check_comms(backend, config)
+
+
+def _check_shape(backend: Backend, config: Config) -> None:
+    p, cap, name = config.parallel, backend.capabilities, backend.name
+    if p.omp_threads != 1 and not cap.worker_processes:
+        raise ConfigError.at(config, "parallel.omp_threads", f"threads per worker process apply to backends "
+                             f"{able('worker_processes')} (backend is {name})", hint="set parallel.workers instead")
+    if p.hybrid and not cap.worker_processes:
+        raise ConfigError.at(config, "parallel.hybrid", "hybrid gives each worker process omp_threads BLAS/OpenMP threads: "
+                             f"use backend {able('worker_processes').replace(' and ', ' or ')} (backend is {name})")
+    if p.mpi_shared_memory and not cap.shared_memory:
+        raise ConfigError.at(config, "parallel.mpi_shared_memory", f"applies to backend {able('shared_memory')} (backend is {name})",
+                             hint="backend thread already shares one process's memory")
+    if config.cluster.scheduler_address and cap.owns_cluster:
+        raise ConfigError.at(config, "cluster.scheduler_address", f"used only with backend remote (backend is {name})",
+                             hint="remove it or set parallel.backend=remote")
+
+
+def _check_services(backend: Backend, config: Config) -> None:
+    cap, name = backend.capabilities, backend.name
+    if config.elastic.adaptive and not cap.adapt:
+        raise ConfigError.at(config, "elastic.adaptive", "adaptive scaling starts and stops worker processes: "
+                             f"use backend {able('adapt')} (backend is {name})")
+    if config.monitoring.prometheus and not cap.prometheus:
+        why = backend.why_not.get("prometheus", f"backend {name} does not serve openclaw's metrics; use backend {able('prometheus')}")
+        raise ConfigError.at(config, "monitoring.prometheus", why)
+    if config.security.enabled and not cap.tls:
+        which = "security.temporary_certificates" if config.security.temporary_certificates else "security.cert_file"
+        raise ConfigError.at(config, which, f"TLS is built for backends {able('tls')}, not {name}", hint="remove the security keys")
+
+
+def _check_comms(backend: Backend, config: Config) -> None:
+    p, cap, name = config.parallel, backend.capabilities, backend.name
+    if p.communication == "inproc" and not cap.in_process:
+        raise ConfigError.at(config, "parallel.communication",
+                             f"inproc works only within one process (backend {able('in_process')}), not backend {name}", hint="use tcp")
+    if p.socket_buffer_size is None:
+        return
+    key = "parallel.socket_buffer_size"
+    if not cap.socket_buffers:
+        raise ConfigError.at(config, key, backend.refusal("socket_buffers"))
+    if p.communication == "inproc" or (p.communication == "auto" and backend.default_protocol == "inproc"):
+        raise ConfigError.at(config, key, f"backend {name} talks inproc (no sockets)",
+                             hint="set parallel.communication=tcp, or remove this key")

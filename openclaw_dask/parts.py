@@ -1,0 +1,130 @@
+"""The parts a :class:`~openclaw_dask.Session` is built from, each taken on the session's ExitStack.
+
+Setup order (teardown is the reverse, by construction):
+
+1. log levels of ``openclaw_dask`` and ``distributed``;
+2. the dask configuration the config implies (:func:`~openclaw_dask.cluster.settings.dask_settings`);
+3. the sized TCP comm backend, where socket buffers are asked for (installed for good: it is inert when unset);
+4. BLAS/OpenMP pools at one thread, when tasks run in this process;
+5. the running cluster (:meth:`Backend.start <openclaw_dask.cluster.Backend.start>`);
+6. the backend's worker plugins (taken off again where the cluster is someone else's);
+7. the recovery watch on the scheduler, adaptive scaling, and the Prometheus collector.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster import Backend, RunningCluster
+    from openclaw_dask.cluster.recovery import RecoveryWatch
+    from openclaw_dask.config import Config
+    from openclaw_dask.monitoring import RunMetrics
+
+__all__ = ["build", "run_errors", "watch"]
+
+
+def build(stack: contextlib.ExitStack, config: Config, backend: Backend, metrics: RunMetrics) -> RunningCluster:
+    """Take parts 1-6 on ``stack`` and return the running cluster."""
+    import dask
+    import distributed  # noqa: F401  (its defaults must be in dask.config before keys under them are set)
+
+    from openclaw_dask.cluster.settings import dask_settings
+    from openclaw_dask.monitoring import require_prometheus_client
+
+    stack.enter_context(_log_levels(config.parallel.log_level))
+    stack.enter_context(dask.config.set(dask_settings(config, backend)))
+    if config.parallel.socket_buffer_size is not None and backend.capabilities.socket_buffers:
+        from openclaw_dask.cluster.sockets import install
+
+        install()  # the client starts no server, so no preload reaches this process
+    if backend.capabilities.in_process:
+        # Tasks run in this process: one BLAS/OpenMP thread each, so task threads never
+        # oversubscribe the cores (process workers get the same from their nanny and a plugin).
+        from threadpoolctl import threadpool_limits
+
+        stack.enter_context(threadpool_limits(limits=1))
+    if config.monitoring.prometheus:
+        require_prometheus_client()  # before anything starts
+    running = stack.enter_context(backend.start(config))
+    if running.client is not None:
+        stack.enter_context(_plugins(running, backend.worker_plugins(config)))
+        metrics.target_workers = len(running.client.scheduler_info(n_workers=-1)["workers"])
+    return running
+
+
+def watch(stack: contextlib.ExitStack, running: RunningCluster, config: Config, metrics: RunMetrics) -> RecoveryWatch:
+    """Take part 7 on ``stack``: the recovery counter, adaptive scaling and Prometheus metrics."""
+    from openclaw_dask.cluster.recovery import RecoveryWatch
+
+    recovery = stack.enter_context(RecoveryWatch(running, metrics))
+    if config.elastic.adaptive:
+        from openclaw_dask.cluster.adaptive import adapt
+
+        stack.callback(adapt(running.cluster, config).stop)
+    if config.monitoring.prometheus and running.scheduler is not None:
+        from openclaw_dask.monitoring import serving_metrics
+
+        stack.enter_context(serving_metrics(metrics, running.scheduler))
+    return recovery
+
+
+@contextlib.contextmanager
+def _log_levels(level: str) -> Iterator[None]:
+    from openclaw_dask.cluster.plugins import LOGGERS
+
+    before = {name: logging.getLogger(name).level for name in LOGGERS}
+    for name in LOGGERS:
+        logging.getLogger(name).setLevel(level)
+    try:
+        yield
+    finally:
+        for name, old in before.items():
+            logging.getLogger(name).setLevel(old)
+
+
+@contextlib.contextmanager
+def _plugins(running: RunningCluster, plugins: list[Any]) -> Iterator[None]:
+    """Register worker plugins (one mechanism for every backend; they survive worker restarts)."""
+    for plugin in plugins:
+        running.client.register_plugin(plugin)
+    try:
+        yield
+    finally:
+        if not running.backend.capabilities.owns_cluster and running.client.status == "running":
+            for plugin in plugins:  # someone else's workers: leave them as they were
+                with contextlib.suppress(Exception):
+                    running.client.unregister_worker_plugin(plugin.name)
+
+
+@contextlib.contextmanager
+def run_errors(config: Config, running: RunningCluster) -> Iterator[None]:
+    """Distributed's failures that end a run, as one clear :class:`~openclaw_dask.errors.RunError` each."""
+    from concurrent.futures import CancelledError
+
+    from distributed.scheduler import KilledWorker
+
+    from openclaw_dask.errors import RunError
+
+    try:
+        yield
+    except KilledWorker as e:
+        raise RunError(
+            f"task {e.task} was running on {config.fault_tolerance.allowed_failures + 1} workers that died "
+            f"(the last {e.last_worker.address}); it may crash or exhaust its worker. "
+            "Fix the task, give workers more memory (cluster.memory_limit), or raise fault_tolerance.allowed_failures"
+        ) from None
+    except CancelledError as e:
+        client = running.client
+        if client.status == "running" and "connection-lost" not in str(e):
+            raise
+        lost = running.lost()
+        if lost:
+            raise RunError(f"{lost}: run again (docs/deploy.md, MPI)") from None
+        raise RunError(
+            f"lost the scheduler at {client.scheduler.address} (connection lost); its task state is gone, "
+            "so the run cannot go on: restart the scheduler and run again"
+        ) from None
