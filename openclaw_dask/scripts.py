@@ -1,16 +1,44 @@
-"""Run a user's Python script inside a session, as ``openclaw run script.py`` does."""
+"""Run a user's Python script or a built-in workload in a session, as ``openclaw run`` does."""
 
 from __future__ import annotations
 
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 from openclaw_dask.errors import ConfigError
-from openclaw_dask.session import activated
+from openclaw_dask.session import Session, activated
 
-__all__ = ["run_script"]
+__all__ = ["run_file", "run_script", "run_workload"]
+
+
+def run_workload(config: Any, name: str, *, progress: bool = False) -> Any:
+    """Run the built-in workload ``name`` in a session of its own; its result has ``.ok`` and ``.to_dict()``."""
+    from openclaw_dask.workloads import WORKLOADS
+
+    with Session(config).start() as s:
+        return WORKLOADS[name](s, progress=progress)
+
+
+def run_file(config: Any, path: str | Path, args: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run the script ``path`` in a session of its own (``openclaw run script.py``).
+
+    Returns
+    -------
+    dict
+        ``script``, ``ok``, ``exit_code``, ``wall_s``, ``backend``, ``workers`` and the
+        recovery counts (``workers_lost``, ``tasks_recomputed``, ``failures_recovered``).
+    """
+    t0 = time.perf_counter()
+    with Session(config).start() as s:
+        exit_code = run_script(s, path, args)
+        workers = len(s.workers()) or 1
+        recovery = s.recovery()  # the session is this run's alone: its counts are the run's
+    return {"script": str(path), "ok": exit_code == 0, "exit_code": exit_code, "wall_s": time.perf_counter() - t0,
+            "backend": s.backend.name, "workers": workers, "workers_lost": recovery.workers_lost,
+            "tasks_recomputed": recovery.tasks_recomputed, "failures_recovered": recovery.failures_recovered}
 
 
 def run_script(session: Any, path: str | Path, args: tuple[str, ...] = ()) -> int:

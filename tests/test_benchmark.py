@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from openclaw_dask.diagnostics.benchmark import SCHEMA, compare, configurations, regressions
+from openclaw_dask.diagnostics.benchmark import SCHEMA, check_report, compare, configurations, prepare, regressions
 from openclaw_dask.errors import ConfigError
 
 from .conftest import openclaw
@@ -26,6 +26,28 @@ def test_sweeps_expand_to_the_cartesian_product(tmp_path):
         configurations([], ["parallel.workers"], {})
     with pytest.raises(ConfigError, match="parallel.workers must be"):
         configurations([], ["parallel.workers=0,2"], {})
+
+
+def test_prepare_checks_the_inputs_before_anything_runs(tmp_path):
+    with pytest.raises(ConfigError, match="--configs nope.yaml: no such file"):
+        prepare(["nope.yaml"])
+    (tmp_path / "taken").write_text("")
+    with pytest.raises(ConfigError, match="--out taken/x: cannot create the folder"):
+        prepare(out_dir="taken/x")
+    plan = prepare(sweeps=["parallel.workers=1,2"], base_overrides={"workload.repeat": 1}, out_dir="out")
+    assert [c.label for c in plan.configs] == ["workers=1", "workers=2"] and plan.configs[1].config.workload.repeat == 1
+    assert plan.out_dir.is_dir() and plan.baseline is None and plan.base_overrides == {"workload.repeat": 1}
+
+
+def test_check_report_fails_wrong_rows_then_regressions():
+    from openclaw_dask.errors import ResultMismatch, RunError
+
+    ok = {"config": "a", "workload": "sum", "ok": True, "compare": {"status": "slower", "ratio": 1.5}}
+    check_report({"rows": [ok]})
+    with pytest.raises(RunError, match=r"1 row\(s\) regressed by more than 20%: a/sum 1.50x"):
+        check_report({"rows": [ok]}, 20)
+    with pytest.raises(ResultMismatch, match="disagree with NumPy: a/sum"):
+        check_report({"rows": [{**ok, "ok": False}]}, 20)
 
 
 def _report(*rows):

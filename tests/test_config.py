@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from openclaw_dask.cluster import load_config  # the config layer's loader, then the named backend's own rules
 from openclaw_dask.config import (
     KEYS,
     ChunkSize,
@@ -18,7 +19,6 @@ from openclaw_dask.config import (
 from openclaw_dask.config.checks import NOT_YET
 from openclaw_dask.config.model import ElasticConfig, FaultToleranceConfig, MonitoringConfig, SecurityConfig
 from openclaw_dask.config.schema import TYPED_SECTIONS
-from openclaw_dask.cluster import load_config  # the config layer's loader, then the named backend's own rules
 from openclaw_dask.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -337,3 +337,17 @@ def test_every_config_in_the_docs_loads(tmp_path, doc, count):
     assert len(configs) == count
     for i, text in enumerate(configs):
         cfg(path=write(tmp_path, text, f"doc{i}.yaml"))
+
+
+def test_errors_carry_their_parts_and_one_formatter_writes_them():
+    with pytest.raises(ConfigError) as e:
+        cfg({"parallel.workers": -1})
+    err = e.value
+    assert (err.key, err.value, err.source, err.allowed) == ("parallel.workers", -1, "--set parallel.workers=-1", "an integer >= 1 or 'auto'")
+    with pytest.raises(ConfigError) as e:
+        cfg({"parallel.omp_threads": 2})
+    err = e.value
+    assert (err.key, err.value, err.source) == ("parallel.omp_threads", 2, "--set parallel.omp_threads=2")
+    assert err.hint == "set parallel.workers instead"
+    assert str(err) == (f"--set parallel.omp_threads=2: parallel.omp_threads = 2: {err.message}; set parallel.workers instead")
+    assert ConfigError("plain words").key is None and str(ConfigError("plain words", hint="fix")) == "plain words; fix"

@@ -9,8 +9,8 @@ import time
 import pytest
 
 import openclaw_dask
-from openclaw_dask.cluster.deploy import scheduler_command, worker_command
 from openclaw_dask.cluster import load_config
+from openclaw_dask.cluster.deploy import scheduler_command, worker_command
 from openclaw_dask.errors import ClusterStartError
 from tests.conftest import BIN, _stop, openclaw, scheduler_address
 

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 
 import pytest
+from click.testing import CliRunner
+from dask.utils import parse_bytes
 
 import openclaw_dask
+from openclaw_dask.cli import main
+from openclaw_dask.config import load_config
 from openclaw_dask.diagnostics.analysis import analyze
 from openclaw_dask.diagnostics.collect import RunRecord, TaskRecord, WorkerRecord
+from openclaw_dask.diagnostics.fixes import FixedConfig, apply_overrides, write_fixed
 from openclaw_dask.diagnostics.profile import profile
+from openclaw_dask.errors import ConfigError
 
 from .conftest import openclaw
 
@@ -30,7 +37,7 @@ def test_planted_skew_names_the_big_chunk():
     chunk = skew.evidence["chunks"][0]
     assert skew.evidence["group"] == "openclaw-arange" and chunk["key"].endswith(", 8)")  # the middle of 16 chunks
     assert chunk["ratio"] == pytest.approx(10, rel=0.05)
-    assert "rechunk" in skew.fix
+    assert "rechunk" in skew.fix and skew.overrides == {}
     assert "stragglers" not in report.kinds()  # a big chunk being slow is skew, not a straggler
 
 
@@ -41,16 +48,17 @@ def test_planted_straggler_is_named():
     assert slow.evidence["tasks"][0]["key"] == "('openclaw-straggle', 4)"
     assert slow.evidence["tasks"][0]["seconds"] >= 1.0
     imbalance = [v for v in report.verdicts if v.kind == "load-imbalance"]
-    assert all("stragglers first" in v.fix for v in imbalance)
+    assert all("stragglers first" in v.fix and v.overrides == {} for v in imbalance)
+    assert slow.overrides == {}  # the fix is in the user's code
 
 
 def test_tiny_chunks_are_overhead_bound_with_a_chunk_size_fix():
     report = run_profile(workers=2, size="16MiB", task_chunk_size="64KiB")
     (over,) = [v for v in report.verdicts if v.kind == "overhead-bound"]
     assert over.evidence["tasks"] > 256
-    assert "--set parallel.task_chunk_size=" in over.fix
-    suggested = int(over.fix.split("task_chunk_size=")[1].split("MiB")[0])
-    assert suggested >= 1
+    suggested = over.overrides["parallel.task_chunk_size"]
+    assert suggested.endswith("MiB") and int(suggested[:-3]) >= 1
+    assert f"parallel.task_chunk_size to {suggested}" in over.fix  # the prose names the same value
 
 
 @pytest.mark.parametrize("backend", ["thread", "process"])
@@ -81,6 +89,8 @@ def test_transfer_bound_script_is_found(tmp_path):
         result = profile(s, script)
     assert result.exit_code == 0
     assert "transfer-bound" in result.report.kinds(), [v.summary for v in result.report.verdicts]
+    (transfer,) = [v for v in result.report.verdicts if v.kind == "transfer-bound"]
+    assert transfer.overrides == {"parallel.backend": "thread"}
     assert sum(w.bytes_in for w in result.report.workers) >= 64 * MiB
 
 
@@ -96,7 +106,46 @@ def test_memory_pressure_from_peak_or_spill():
     report = analyze(_record(a=(900 * MiB, 1000 * MiB, 0), b=(100 * MiB, 1000 * MiB, 0), c=(100 * MiB, 1000 * MiB, 5 * MiB)))
     named = sorted(v.evidence["worker"] for v in report.verdicts if v.kind == "memory-pressure")
     assert named == ["a", "c"]
-    assert all("cluster.memory_limit" in v.fix for v in report.verdicts)
+    assert all("cluster.memory_limit" in v.fix and v.overrides == {} for v in report.verdicts)  # chunk size unknown
+
+
+def test_memory_pressure_halves_chunks_only_when_they_fill_memory():
+    record = _record(a=(900 * MiB, 1000 * MiB, 0))
+    (big,) = analyze(record, chunk_hint=64 * MiB).verdicts  # 2 x 64 MiB in flight: a real share of 1000 MiB
+    assert big.overrides == {"parallel.task_chunk_size": "32MiB"} and "to 32MiB" in big.fix
+    (small,) = analyze(record, chunk_hint=MiB).verdicts  # 2 MiB in flight cannot be what fills it
+    assert small.overrides == {}
+
+
+@pytest.mark.parametrize(("hosts", "in_process", "overrides"), [
+    (("127.0.0.1", "127.0.0.1"), False, {"parallel.backend": "thread"}),  # local worker processes: threads can share
+    (("10.255.0.1", "10.255.0.2"), False, {}),  # other hosts: no one process can hold them
+    (("127.0.0.1", "127.0.0.1"), True, {}),  # already one process
+])
+def test_transfer_fix_is_threads_only_for_worker_processes_on_this_machine(hosts, in_process, overrides):
+    record = RunRecord(backend="any", start=0.0, stop=1.0, in_process=in_process)
+    for i, host in enumerate(hosts):
+        address = f"tcp://{host}:{4000 + i}"
+        record.workers[address] = WorkerRecord(address, 1, 2**34, MiB, 8 * MiB, 8 * MiB, 0)
+        record.tasks.append(TaskRecord(f"('x', {i})", "x", address, 1, 0.0, 0.5, MiB, transfer_s=0.5))
+    (transfer,) = [v for v in analyze(record).verdicts if v.kind == "transfer-bound"]
+    assert transfer.overrides == overrides
+    assert ("parallel.backend to thread" in transfer.fix) == bool(overrides)
+
+
+def test_imbalance_without_a_cause_asks_for_about_ten_chunks_per_lane():
+    record = RunRecord(backend="process", start=0.0, stop=4.0)
+    for name in ("a", "b"):
+        record.workers[name] = WorkerRecord(name, 1, 2**34, MiB, 0, 0, 0)
+    for i in range(5):  # 5 chunks of 64 MiB, 1 s each: 4 on worker a, one on b
+        worker, start = ("a", float(i)) if i < 4 else ("b", 0.0)
+        record.tasks.append(TaskRecord(f"('x', {i})", "x", worker, 1, start, start + 1.0, 64 * MiB))
+    (imbalance,) = analyze(record, chunk_hint=64 * MiB).verdicts
+    assert imbalance.kind == "load-imbalance"
+    assert imbalance.overrides == {"parallel.task_chunk_size": "16MiB"}  # 320 MiB / (2 lanes x 10)
+    assert "lower parallel.task_chunk_size to 16MiB" in imbalance.fix
+    (unknown,) = [v for v in analyze(record).verdicts if v.kind == "load-imbalance"]
+    assert unknown.overrides == {}  # a script's chunk size is not known: prose only
 
 
 def test_cli_profile_json_and_html_on_planted_skew(tmp_path):
@@ -108,6 +157,7 @@ def test_cli_profile_json_and_html_on_planted_skew(tmp_path):
     assert out["workload"]["ok"] is True
     kinds = [v["kind"] for v in out["profile"]["verdicts"]]
     assert "data-skew" in kinds
+    assert all(isinstance(v["overrides"], dict) for v in out["profile"]["verdicts"])
     assert {"workers", "groups", "imbalance", "n_tasks"} <= set(out["profile"])
     text = html.read_text()
     assert "<script src=\"http" not in text and "cdn.bokeh.org" not in text  # resources inline: works offline
@@ -146,3 +196,65 @@ def test_collector_leaves_the_scheduler_as_it_found_it():
             assert s.compute(x.sum()) == 1000
         assert record.tasks
         assert s.client.run_on_scheduler(plugins) == before  # the task-stream plugin is gone again
+
+
+def test_cli_apply_fix_on_planted_tiny_chunks_removes_the_verdict(tmp_path):
+    # 16 MiB in 64 KiB chunks: 256 chunks, ~1,000 tasks of a fraction of the 0.8 ms each costs to schedule
+    r = openclaw("profile", "--size", "16MiB", "--set", "parallel.task_chunk_size=64KiB",
+                 "--json", "--apply-fix", "fixed.yaml", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    verdicts = out["profile"]["verdicts"]
+    assert verdicts and all("overrides" in v for v in verdicts)
+    (over,) = [v for v in verdicts if v["kind"] == "overhead-bound"]
+    fix = over["overrides"]["parallel.task_chunk_size"]
+    assert parse_bytes(fix) > 64 * 2**10
+    changes = {c["key"]: c for c in out["apply_fix"]["changes"]}
+    assert changes["parallel.task_chunk_size"] == {"key": "parallel.task_chunk_size", "value": fix, "before": "64KiB", "reason": "overhead-bound"}
+    assert changes["workload.size"]["reason"] == "--set"  # --size was part of the run described
+    text = (tmp_path / "fixed.yaml").read_text()
+    assert f"  task_chunk_size: {fix}\n" in text and "# Every key below is shown with its default" in text
+    r = CliRunner().invoke(main, ["config", "validate", "fixed.yaml"])
+    assert r.exit_code == 0 and "fixed.yaml: valid" in r.stdout, r.output
+    r = CliRunner().invoke(main, ["profile", "--config", "fixed.yaml", "--json"])  # the same size and repeat, from the file
+    assert r.exit_code == 0, r.output
+    again = json.loads(r.stdout)
+    assert again["workload"]["size_bytes"] == 16 * 2**20 and again["workload"]["chunk_bytes"] == parse_bytes(fix)
+    assert "overhead-bound" not in [v["kind"] for v in again["profile"]["verdicts"]]
+
+
+def test_cli_apply_fix_keeps_the_users_file_and_says_what_changed(tmp_path):
+    conf = tmp_path / "mine.yaml"
+    conf.write_text("# my settings\nparallel:\n  task_chunk_size: 64KiB  # planted\nworkload: {size: 4MiB, repeat: 1}\n")
+    r = CliRunner().invoke(main, ["profile", "-c", str(conf), "--apply-fix", "fixed.yaml"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.stdout.splitlines() if "parallel.task_chunk_size" in x and "->" in x)
+    assert line.strip().startswith("parallel.task_chunk_size: 64KiB -> ") and line.endswith("(fixes overhead-bound)")
+    text = (tmp_path / "fixed.yaml").read_text()
+    assert text.startswith("# my settings\nparallel:\n  task_chunk_size: ") and text.endswith("  # planted\nworkload: {size: 4MiB, repeat: 1}\n")
+    assert conf.read_text().count("64KiB") == 1  # the input is left alone
+    r = CliRunner().invoke(main, ["profile", "-c", str(conf), "--set", "parallel.task_chunk_size=auto", "--apply-fix", "same.yaml"])
+    assert r.exit_code == 0 and "no verdict has a config fix" in r.stdout, r.output
+    assert re.search(r"task_chunk_size: auto +# planted", (tmp_path / "same.yaml").read_text())  # the comment stays
+
+
+def test_apply_overrides_edits_in_place_and_adds_missing_keys(tmp_path):
+    text = "# top\nparallel:\n  workers: 4  # four\n  # about the next key\n  backend: process\ncluster: {host: 127.0.0.1}\n"
+    out = apply_overrides(text, {"workers": 2, "parallel.task_chunk_size": "19MiB", "cluster.memory_limit": "2GiB",
+                                 "workload.size": "16MiB", "dask.array.chunk-size": "32MiB"})
+    assert out.startswith("# top\nparallel:\n  workers: 2  # four\n  # about the next key\n  backend: process\n"
+                          "  task_chunk_size: 19MiB\ncluster: {host: 127.0.0.1, memory_limit: 2GiB}\n")
+    (tmp_path / "f.yaml").write_text(out)
+    cfg = load_config(tmp_path / "f.yaml", env={})
+    assert (cfg.parallel.workers, cfg.parallel.backend, cfg.workload.size) == (2, "process", 16 * 2**20)
+    assert cfg.parallel.task_chunk_size.value == 19 * 2**20 and cfg.cluster.memory_limit == 2 * 2**30
+    assert cfg.dask["array.chunk-size"] == "32MiB"
+    with pytest.raises(ConfigError, match="unknown key parallel.bogus"):
+        apply_overrides(text, {"parallel.bogus": 1})
+
+
+def test_write_fixed_refuses_a_config_that_does_not_validate(tmp_path):
+    bad = FixedConfig(apply_overrides("", {"parallel.workers": 0}), None)
+    with pytest.raises(ConfigError, match=r"does not validate, so .*fixed.yaml was not written: .*fixed.yaml:2: parallel.workers"):
+        write_fixed(bad, tmp_path / "fixed.yaml")
+    assert list(tmp_path.iterdir()) == []  # no draft left behind either

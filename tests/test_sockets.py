@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 
 import openclaw_dask
-from openclaw_dask.cluster import sockets
+from openclaw_dask.cluster import load_config, sockets
 from openclaw_dask.cluster.settings import dask_settings
-from openclaw_dask.cluster import load_config
 from openclaw_dask.errors import ConfigError
 
 ASK = 2**20  # 1MiB: under the usual net.core.*mem_max (4MiB here), over the defaults (128KiB / 16KiB)

@@ -1,6 +1,8 @@
 """Turn a :class:`~openclaw_dask.diagnostics.collect.RunRecord` into numbers and verdicts.
 
-Each verdict carries its evidence and the exact change that addresses it. The
+Each verdict carries its evidence and the change that addresses it: in prose
+(``fix``), and, where the fix is a configuration change, as ``overrides`` a program
+can apply (``openclaw profile --apply-fix``, :mod:`openclaw_dask.diagnostics.fixes`). The
 thresholds are constants here, chosen so that a balanced run on the reference
 machine gets no verdict (``tests/test_profile.py`` plants each problem and runs a
 balanced control).
@@ -13,11 +15,12 @@ import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 from dask.utils import format_bytes, format_time
 
-from openclaw_dask.chunking import TASK_OVERHEAD_S
+from openclaw_dask.chunking import MAX_AUTO_CHUNK, min_auto_chunk
 from openclaw_dask.diagnostics.collect import RunRecord, TaskRecord
 
 __all__ = ["GroupStats", "ProfileReport", "Verdict", "WorkerStats", "analyze"]
@@ -38,18 +41,31 @@ OVERHEAD_FRACTION = 0.25  # estimated scheduling cost over (cost + compute)
 OVERHEAD_MIN_TASKS = 20
 OVERHEAD_TARGET = 20  # a task should compute >= 20 x the per-task overhead
 MEMORY_FRACTION = 0.7  # distributed's default spill threshold
+MEMORY_CHUNK_SHARE = 0.1  # chunks in flight (2 per thread) below this share of the limit: chunk size is not the lever
+CHUNKS_PER_LANE = 10  # what the load-imbalance fix aims for
 TRANSFER_FRACTION = 0.25  # transfer time over compute time
 MAX_NAMED = 5
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """One finding: what, the evidence, and the change that fixes it."""
+    """One finding: what, the evidence, and the change that fixes it.
+
+    Attributes
+    ----------
+    fix
+        The change in words.
+    overrides
+        The same change as configuration keys by dotted name, each value written as
+        ``--set`` takes it (``{"parallel.task_chunk_size": "19MiB"}``); empty when the fix
+        is not a configuration change (in the user's code, or not computable from the run).
+    """
 
     kind: str  # load-imbalance | data-skew | stragglers | overhead-bound | memory-pressure | transfer-bound
     summary: str
     evidence: dict[str, Any]
     fix: str
+    overrides: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -100,6 +116,13 @@ class ProfileReport:
         return asdict(self)
 
 
+def _size_text(nbytes: float) -> str:
+    """A byte count as ``--set`` takes it, rounded down to whole MiB (whole KiB below 1 MiB)."""
+    if nbytes >= 2**20:
+        return f"{int(nbytes // 2**20)}MiB"
+    return f"{max(1, int(nbytes // 2**10))}KiB"
+
+
 def _quantile(values: list[float], q: float) -> float:
     # the same (interpolating) definition the benchmark's percentiles use
     return float(np.percentile(values, q * 100)) if values else 0.0
@@ -128,23 +151,12 @@ def _lanes(record: RunRecord) -> dict[str, float]:
     return dict(lanes)
 
 
-def analyze(record: RunRecord, *, chunk_hint: int | None = None) -> ProfileReport:
-    """Compute per-worker and per-group statistics and the verdicts for ``record``.
-
-    Parameters
-    ----------
-    chunk_hint
-        The chunk size in bytes the run was configured with, if known; the
-        overhead-bound fix scales it (else the typical output size of the biggest group).
-    """
-    tasks = record.tasks
-    wall = max(record.wall_s, 1e-9)
-    slots = sum(w.nthreads for w in record.workers.values()) or 1
-    workers = []
+def _worker_stats(record: RunRecord, wall: float) -> list[WorkerStats]:
+    out = []
     for address, w in record.workers.items():
-        mine = [t for t in tasks if t.worker == address]
+        mine = [t for t in record.tasks if t.worker == address]
         busy = sum(t.duration for t in mine)
-        workers.append(
+        out.append(
             WorkerStats(
                 address=address, nthreads=w.nthreads, tasks=len(mine), busy_s=busy,
                 idle_s=max(0.0, wall * w.nthreads - busy), utilization=busy / (wall * max(1, w.nthreads)),
@@ -152,18 +164,41 @@ def analyze(record: RunRecord, *, chunk_hint: int | None = None) -> ProfileRepor
                 peak_memory=w.peak_memory, memory_limit=w.memory_limit,
             )
         )
-    groups = []
-    by_group = _groups(tasks)
+    return out
+
+
+def _group_stats(by_group: dict[str, list[TaskRecord]]) -> list[GroupStats]:
+    out = []
     for name, members in sorted(by_group.items(), key=lambda kv: -sum(t.duration for t in kv[1])):
         durations = [t.duration for t in members]
         sizes = [t.nbytes for t in members]
-        groups.append(
+        out.append(
             GroupStats(
                 group=name, count=len(members), total_s=sum(durations), p50_s=statistics.median(durations),
                 p95_s=_quantile(durations, 0.95), max_s=max(durations),
                 bytes_p50=int(statistics.median(sizes)), bytes_max=max(sizes),
             )
         )
+    return out
+
+
+def analyze(record: RunRecord, *, chunk_hint: int | None = None) -> ProfileReport:
+    """Compute per-worker and per-group statistics and the verdicts for ``record``.
+
+    Parameters
+    ----------
+    chunk_hint
+        The chunk size in bytes the run was configured with, if known. The
+        overhead-bound fix scales it (else the typical output size of the biggest
+        group); the load-imbalance and memory-pressure fixes give a smaller
+        ``parallel.task_chunk_size`` only when it is known.
+    """
+    tasks = record.tasks
+    wall = max(record.wall_s, 1e-9)
+    slots = sum(w.nthreads for w in record.workers.values()) or 1
+    workers = _worker_stats(record, wall)
+    by_group = _groups(tasks)
+    groups = _group_stats(by_group)
     lanes = _lanes(record)
     values = list(lanes.values())
     mean = statistics.fmean(values) if values else 0.0
@@ -178,10 +213,10 @@ def analyze(record: RunRecord, *, chunk_hint: int | None = None) -> ProfileRepor
     stragglers = _stragglers(by_group, wall)
     report.verdicts += stragglers
     cause = "data-skew" if skewed else "stragglers" if stragglers else None
-    report.verdicts += _imbalance(imbalance, sum(values), lanes, cause, wall)
+    report.verdicts += _imbalance(imbalance, sum(values), lanes, cause, wall, _balanced_chunk(record, by_group, chunk_hint, len(lanes)))
     report.verdicts += _overhead(record, by_group, chunk_hint)
-    report.verdicts += _memory(report.workers, record)
-    report.verdicts += _transfer(tasks, report.workers)
+    report.verdicts += _memory(report.workers, record, chunk_hint)
+    report.verdicts += _transfer(tasks, report.workers, shareable=not record.in_process and _one_local_host(report.workers))
     return report
 
 
@@ -241,7 +276,28 @@ def _stragglers(by_group: dict[str, list[TaskRecord]], wall: float) -> list[Verd
     return out
 
 
-def _imbalance(imbalance: dict[str, float], busy: float, lanes: dict[str, float], cause: str | None, wall: float) -> list[Verdict]:
+def _heaviest(by_group: dict[str, list[TaskRecord]]) -> list[TaskRecord]:
+    """The group that moves the most bytes: the one whose chunk size the config sets."""
+    return max(by_group.values(), key=lambda m: sum(t.nbytes for t in m))
+
+
+def _balanced_chunk(record: RunRecord, by_group: dict[str, list[TaskRecord]], chunk_hint: int | None, lanes: int) -> int | None:
+    """A chunk size giving each lane about ten chunks, if clearly smaller than the run's; else None.
+
+    Not below the size at which scheduling would dominate again (the overhead-bound rule).
+    """
+    if not chunk_hint or not by_group:
+        return None
+    heavy = _heaviest(by_group)
+    per_task = record.task_overhead_s
+    median_d = max(statistics.median(t.duration for t in heavy), 1e-6)
+    floor = chunk_hint * OVERHEAD_TARGET * per_task / median_d
+    target = max(sum(t.nbytes for t in heavy) / (CHUNKS_PER_LANE * max(1, lanes)), floor)
+    return int(target) if target < 0.75 * chunk_hint else None
+
+
+def _imbalance(imbalance: dict[str, float], busy: float, lanes: dict[str, float], cause: str | None, wall: float,
+               smaller: int | None) -> list[Verdict]:
     if imbalance["lanes"] < 2 or busy < MIN_BUSY_S:
         return []
     if imbalance["max_over_mean"] <= IMBALANCE_MAX_OVER_MEAN or imbalance["cv"] <= IMBALANCE_CV:
@@ -250,9 +306,14 @@ def _imbalance(imbalance: dict[str, float], busy: float, lanes: dict[str, float]
     if (max(lanes.values()) - mean) < IMBALANCE_IMPACT * wall:  # balancing would not shorten the run much
         return []
     busiest = max(lanes, key=lanes.__getitem__)
+    overrides: dict[str, Any] = {}
+    target = ""
+    if cause is None and smaller is not None:  # with a cause, the fix is in the user's code first
+        overrides = {"parallel.task_chunk_size": _size_text(smaller)}
+        target = f" to {overrides['parallel.task_chunk_size']}"
     fix = (
         f"fix the {cause} first (see that verdict); then" if cause else "give the scheduler more, smaller tasks:"
-    ) + " lower parallel.task_chunk_size so each thread gets about ten chunks"
+    ) + f" lower parallel.task_chunk_size{target} so each thread gets about ten chunks"
     return [
         Verdict(
             "load-imbalance",
@@ -260,6 +321,7 @@ def _imbalance(imbalance: dict[str, float], busy: float, lanes: dict[str, float]
             {"max_over_mean": round(imbalance["max_over_mean"], 3), "cv": round(imbalance["cv"], 3), "busiest": busiest,
              "busy_s": {k: round(v, 4) for k, v in lanes.items()}},
             fix,
+            overrides,
         )
     ]
 
@@ -268,23 +330,26 @@ def _overhead(record: RunRecord, by_group: dict[str, list[TaskRecord]], chunk_hi
     tasks = record.tasks
     if len(tasks) < OVERHEAD_MIN_TASKS:
         return []
-    per_task = TASK_OVERHEAD_S.get(record.backend, TASK_OVERHEAD_S["process"])
+    per_task = record.task_overhead_s
     compute = sum(t.duration for t in tasks)
     cost = len(tasks) * per_task
     fraction = cost / (cost + compute)
     if fraction <= OVERHEAD_FRACTION:
         return []
-    # Scale the chunk size of the group that moves the most bytes until its tasks are long enough.
-    heavy = max(by_group.values(), key=lambda m: sum(t.nbytes for t in m))
+    heavy = _heaviest(by_group)
     median_d = max(statistics.median(t.duration for t in heavy), 1e-6)
     typical = int(statistics.median(t.nbytes for t in heavy))
     chunk = chunk_hint or typical or 2**20
     factor = max(2.0, OVERHEAD_TARGET * per_task / median_d)
-    suggested_mib = max(1, round(min(512 * 2**20, chunk * factor) / 2**20))
+    bigger = _bigger_chunk(record, heavy, chunk, factor)
+    overrides: dict[str, Any] = {}
     if chunk_hint is None and typical < 4096:  # tasks over small Python objects: chunk size is not the lever
         fix = f"batch tiny items into fewer, bigger tasks (about {math.ceil(factor)} items per task), e.g. map over lists of items"
+    elif bigger is None:
+        fix = "the chunks are as big as the threads allow; batch tiny items into fewer, bigger tasks, or fuse steps"
     else:
-        fix = f"--set parallel.task_chunk_size={suggested_mib}MiB (or task_chunk_size: auto); batch tiny items into fewer, bigger tasks"
+        overrides = {"parallel.task_chunk_size": _size_text(bigger)}
+        fix = f"raise parallel.task_chunk_size to {overrides['parallel.task_chunk_size']} (or to auto); batch tiny items into fewer, bigger tasks"
     return [
         Verdict(
             "overhead-bound",
@@ -293,17 +358,45 @@ def _overhead(record: RunRecord, by_group: dict[str, list[TaskRecord]], chunk_hi
             {"tasks": len(tasks), "median_task_s": statistics.median(t.duration for t in tasks),
              "overhead_per_task_s": per_task, "overhead_fraction": round(fraction, 3), "chunk_bytes": chunk},
             fix,
+            overrides,
         )
     ]
 
 
-def _memory(workers: list[WorkerStats], record: RunRecord) -> list[Verdict]:
+def _bigger_chunk(record: RunRecord, heavy: list[TaskRecord], chunk: int, factor: float) -> int | None:
+    """A chunk size whose tasks outlast the per-task overhead, or ``None`` if none bigger helps.
+
+    Scaling the measured tasks by ``factor`` underestimates it (a tiny task's time is mostly
+    fixed cost), so it is raised to the auto rule's floor for this overhead
+    (:func:`~openclaw_dask.chunking.min_auto_chunk`), then lowered so every thread keeps a chunk.
+    """
+    slots = sum(w.nthreads for w in record.workers.values()) or 1
+    share = sum(t.nbytes for t in heavy) / slots
+    target = min(max(chunk * factor, min_auto_chunk(record.task_overhead_s)), MAX_AUTO_CHUNK, share)
+    return int(target) if target >= 2 * chunk else None
+
+
+def _memory_fix(w: WorkerStats, chunk_hint: int | None) -> tuple[str, dict[str, Any]]:
+    """Half the run's chunk size when its chunks in flight (about two per thread) are a real share of the limit.
+
+    cluster.memory_limit is not raised for you: the run does not show how much memory the host has.
+    """
+    if chunk_hint and (not w.memory_limit or 2 * w.nthreads * chunk_hint >= MEMORY_CHUNK_SHARE * w.memory_limit):
+        half = _size_text(chunk_hint / 2)
+        return (f"lower parallel.task_chunk_size to {half} so fewer bytes are in flight per thread, "
+                "raise cluster.memory_limit, or run fewer workers per host"), {"parallel.task_chunk_size": half}
+    return ("raise cluster.memory_limit, run fewer workers per host, or lower parallel.task_chunk_size "
+            "so fewer bytes are in flight per thread"), {}
+
+
+def _memory(workers: list[WorkerStats], record: RunRecord, chunk_hint: int | None) -> list[Verdict]:
     out = []
     for w in workers:
         raw = record.workers[w.address]
         near = w.memory_limit and w.peak_memory >= MEMORY_FRACTION * w.memory_limit
         if not (near or raw.spilled_bytes or raw.paused):
             continue
+        fix, overrides = _memory_fix(w, chunk_hint)
         out.append(
             Verdict(
                 "memory-pressure",
@@ -312,26 +405,37 @@ def _memory(workers: list[WorkerStats], record: RunRecord) -> list[Verdict]:
                 + (", and paused" if raw.paused else ""),
                 {"worker": w.address, "peak_memory": w.peak_memory, "memory_limit": w.memory_limit,
                  "spilled_bytes": raw.spilled_bytes, "paused": raw.paused},
-                "raise cluster.memory_limit, run fewer workers per host, or lower parallel.task_chunk_size "
-                "so fewer bytes are in flight per thread",
+                fix,
+                overrides,
             )
         )
     return out
 
 
-def _transfer(tasks: list[TaskRecord], workers: list[WorkerStats]) -> list[Verdict]:
+def _one_local_host(workers: list[WorkerStats]) -> bool:
+    """Whether every worker listened on this machine, where the client runs the analysis."""
+    import psutil
+
+    hosts = {urlsplit(w.address).hostname for w in workers}
+    local = {"localhost", *(a.address for addrs in psutil.net_if_addrs().values() for a in addrs)}
+    return len(hosts) == 1 and hosts <= local
+
+
+def _transfer(tasks: list[TaskRecord], workers: list[WorkerStats], *, shareable: bool) -> list[Verdict]:
+    """``shareable``: the workers were processes on this machine, so threads of one process could replace them."""
     compute = sum(t.duration for t in tasks)
     transfer = sum(t.transfer_s for t in tasks)
     moved = sum(w.bytes_in for w in workers)
     if compute <= 0 or transfer <= TRANSFER_FRACTION * compute or moved < 2**20:
         return []
+    fix = "keep data where it is used: " + ("set parallel.backend to thread (workers share memory), " if shareable else "")
     return [
         Verdict(
             "transfer-bound",
             f"tasks waited {format_time(transfer)} for {format_bytes(moved)} moved between workers, "
             f"{transfer / compute:.0%} of compute time",
             {"transfer_s": round(transfer, 4), "compute_s": round(compute, 4), "bytes_moved": moved},
-            "keep data where it is used: --set parallel.backend=thread (workers share memory), chunk along the axis "
-            "your operations reduce, or persist inputs before reusing them",
+            fix + "chunk along the axis your operations reduce, or persist inputs before reusing them",
+            {"parallel.backend": "thread"} if shareable else {},
         )
     ]

@@ -18,7 +18,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -27,11 +27,25 @@ from typing import Any
 
 import numpy as np
 
-from openclaw_dask.config import Config, load_config
+from openclaw_dask.cluster import load_config  # checked against its backend up front: a typo costs no run
+from openclaw_dask.config import Config
 from openclaw_dask.config.model import plain as _plain
-from openclaw_dask.errors import ConfigError
+from openclaw_dask.errors import ConfigError, ResultMismatch, RunError
 
-__all__ = ["SCHEMA", "Configuration", "compare", "configurations", "measure_bandwidth", "run_benchmark", "write_reports"]
+__all__ = [
+    "SCHEMA",
+    "Configuration",
+    "Plan",
+    "check_report",
+    "compare",
+    "configurations",
+    "load_report",
+    "measure_bandwidth",
+    "prepare",
+    "regressions",
+    "run_benchmark",
+    "write_reports",
+]
 
 SCHEMA = "openclaw-benchmark/1"
 MIN_NOISE = 0.05  # rows within 5% (or their own spread, if larger) count as the same
@@ -70,6 +84,77 @@ def configurations(
             parts += [f"{k.rsplit('.', 1)[-1]}={v}" for (k, _), v in zip(axes, combo)]
             out.append(Configuration(", ".join(parts) or "default", load_config(source, overrides, override_label="--sweep/--set")))
     return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A benchmark's checked inputs: what :func:`prepare` returns and :func:`run_benchmark` takes."""
+
+    configs: list[Configuration]
+    base_overrides: dict[str, Any]
+    out_dir: Path
+    baseline: dict[str, Any] | None = None
+
+
+def prepare(
+    files: Iterable[str] = (),
+    sweeps: Iterable[str] = (),
+    base_overrides: Mapping[str, Any] | None = None,
+    *,
+    config_path: str | None = None,
+    baseline: str | None = None,
+    out_dir: str | Path = "benchmark-report",
+    suite: str = "quick",
+) -> Plan:
+    """Check everything a benchmark needs before the first timed run, so a typo costs nothing.
+
+    Parameters
+    ----------
+    files, sweeps, base_overrides, config_path
+        As for :func:`configurations`.
+    baseline
+        A previous ``report.json`` to compare against (read and checked now).
+    out_dir
+        The report folder, created now.
+
+    Raises
+    ------
+    ConfigError
+        A config file is missing, a sweep or config does not parse, the baseline is not a
+        report of the same suite, or ``out_dir`` cannot be created.
+    """
+    files = list(files)
+    for f in files:
+        if not Path(f).is_file():
+            raise ConfigError(f"--configs {f}: no such file")
+    base = dict(base_overrides or {})
+    confs = configurations(files, sweeps, base, config_path=config_path)
+    old = load_report(baseline, suite=suite) if baseline else None
+    try:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {out_dir}: cannot create the folder ({e.strerror})") from None
+    return Plan(confs, base, Path(out_dir), old)
+
+
+def check_report(report: dict[str, Any], fail_pct: float | None = None) -> None:
+    """Raise when a row disagrees with NumPy, or (with ``fail_pct``) regressed beyond it.
+
+    Raises
+    ------
+    ResultMismatch
+        A row computed a wrong answer.
+    RunError
+        A row is slower than the baseline by more than ``fail_pct`` percent.
+    """
+    bad = [r for r in report["rows"] if not r["ok"]]
+    if bad:
+        raise ResultMismatch(f"{len(bad)} row(s) disagree with NumPy: " + ", ".join(f"{r['config']}/{r['workload']}" for r in bad))
+    if fail_pct is not None:
+        slower = regressions(report, fail_pct)
+        if slower:
+            raise RunError(f"{len(slower)} row(s) regressed by more than {fail_pct:g}%: " + ", ".join(
+                f"{r['config']}/{r['workload']} {r['compare']['ratio']:.2f}x" for r in slower))
 
 
 def measure_bandwidth(nbytes: int = 256 * 2**20, repeat: int = 5) -> dict[str, float]:
@@ -161,10 +246,6 @@ def run_benchmark(
     The serial baseline is the first configuration's file with ``base_overrides`` and
     ``parallel.enabled: false``.
     """
-    import dask
-    import distributed
-
-    import openclaw_dask
     from openclaw_dask.session import Session
     from openclaw_dask.workloads.suite import SUITES
 
@@ -198,6 +279,19 @@ def run_benchmark(
         "suite": suite,
         "input_bytes": size,
         "repeat": repeat,
+        **_environment(bandwidth),
+        "rows": rows,
+    }
+
+
+def _environment(bandwidth: dict[str, float]) -> dict[str, Any]:
+    """The report's ``machine`` and ``versions``: what a reader needs to compare two reports."""
+    import dask
+    import distributed
+
+    import openclaw_dask
+
+    return {
         "machine": {
             "cpu_count": os.cpu_count(),
             "memory_bytes": _total_memory(),
@@ -212,7 +306,6 @@ def run_benchmark(
             "distributed": distributed.__version__,
             "numpy": np.__version__,
         },
-        "rows": rows,
     }
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from openclaw_dask.diagnostics.analysis import ProfileReport, analyze
 from openclaw_dask.diagnostics.collect import RunRecord, collect
 
-__all__ = ["ProfileResult", "profile"]
+__all__ = ["ProfileResult", "profile", "profile_config"]
 
 
 @dataclass
@@ -53,3 +53,12 @@ def profile(session: Any, target: str | Path = "array-sum", *, script_args: tupl
     report.extra["analysis_s"] = time.perf_counter() - t0
     session.metrics.profiled(report)
     return ProfileResult(report, record, result, exit_code)
+
+
+def profile_config(config: Any, target: str | Path = "array-sum", script_args: tuple[str, ...] = (), *,
+                   progress: bool = False) -> ProfileResult:
+    """Profile ``target`` (a built-in workload or a script) in a session of its own, started from ``config``."""
+    from openclaw_dask.session import Session
+
+    with Session(config).start() as s:
+        return profile(s, target, script_args=script_args, progress=progress)

@@ -1,0 +1,131 @@
+"""The ``openclaw`` group and what its commands share: error handling, ``--config``, ``--set``, config loading."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from openclaw_dask.errors import BackendUnavailable, ConfigError, RunError
+
+__all__ = ["config_option", "fail", "friendly", "load", "main", "overrides", "resolve_target", "set_option", "target_options", "writable_parent"]
+
+
+def fail(message: str, code: int) -> None:
+    """Print ``openclaw: error: MESSAGE`` on stderr and exit with ``code``."""
+    click.echo(f"openclaw: error: {message}", err=True)
+    sys.exit(code)
+
+
+def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn openclaw's own errors into one line and an exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (ConfigError, BackendUnavailable) as e:
+            fail(str(e), 2)
+        except RunError as e:
+            fail(str(e), 1)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+
+    return wrapper
+
+
+def overrides(sets: tuple[str, ...], size: str | None = None) -> dict[str, Any]:
+    """The ``--set KEY=VALUE`` arguments (and ``--size``) as a mapping for ``load_config``."""
+    from openclaw_dask.config import parse_assignment
+
+    out = dict(parse_assignment(s) for s in sets)
+    if size is not None:
+        out["workload.size"] = size
+    return out
+
+
+def load(config_path: str | None, sets: tuple[str, ...], size: str | None = None) -> Any:
+    """The effective config of a command, checked against the backend it names."""
+    from openclaw_dask.cluster import load_config
+
+    return load_config(config_path, overrides(sets, size), override_label="--set")
+
+
+config_option = click.option(
+    "--config", "-c", "config_path", type=click.Path(dir_okay=False), default=None,
+    help="Config file (default: $OPENCLAW_CONFIG, else ./openclaw_config.yaml if present, else defaults).",
+)
+set_option = click.option(
+    "--set", "-s", "sets", multiple=True, metavar="KEY=VALUE",
+    help="Override a key, e.g. --set parallel.workers=2 (repeatable; beats env and file).",
+)
+
+
+def _version() -> str:
+    from openclaw_dask import __version__
+
+    return __version__
+
+
+_NoArgs = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+class _Group(click.Group):
+    """Click's usage errors as one line and exit 2, like openclaw's own."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            return super().main(*args, **kwargs)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        except _NoArgs as e:  # plain `openclaw`: the help is the answer
+            click.echo(e.ctx.get_help() if e.ctx else str(e))
+            sys.exit(0)
+        except click.ClickException as e:
+            fail(e.format_message(), e.exit_code)
+        except click.exceptions.Abort:
+            fail("interrupted", 130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(version=_version(), prog_name="openclaw")
+def main() -> None:
+    """openclaw: run chunked Dask array work in parallel from one YAML file."""
+
+
+def target_options(func: Any) -> Any:
+    """What ``run`` and ``profile`` share: a workload or script, its arguments, config, --set, --size."""
+    func = click.option("--size", default=None, help="Input size of a built-in workload, e.g. 2GiB (workload.size).")(func)
+    func = set_option(config_option(func))
+    func = click.argument("script_args", nargs=-1, type=click.UNPROCESSED)(func)
+    func = click.argument("target", required=False, default="array-sum")(func)
+    return main.command(context_settings={"ignore_unknown_options": True})(func)
+
+
+def writable_parent(path: str | None) -> None:
+    """Refuse an output path whose folder is missing before any work is done, not after."""
+    if path is not None and not Path(path).resolve().parent.is_dir():
+        raise ConfigError(f"cannot write {path}: folder {Path(path).parent} does not exist; create it first")
+
+
+def resolve_target(target: str, script_args: tuple[str, ...]) -> bool:
+    """True for a script, False for a built-in workload; usage errors otherwise."""
+    from openclaw_dask.workloads import WORKLOADS
+
+    is_script = target.endswith(".py") or Path(target).is_file()
+    if not is_script and target not in WORKLOADS:
+        import difflib
+
+        near = difflib.get_close_matches(target, list(WORKLOADS), n=1)
+        hint = f"did you mean {near[0]}?" if near else f"use one of {', '.join(WORKLOADS)} or a SCRIPT.py"
+        raise click.UsageError(f"unknown workload {target!r}; {hint}")
+    if script_args and not is_script:
+        raise click.UsageError(f"unexpected arguments {' '.join(script_args)!r} after workload {target}")
+    if is_script and not Path(target).is_file():
+        raise ConfigError(f"script {target} does not exist")
+    return is_script

@@ -1,0 +1,75 @@
+"""``openclaw config show`` and ``openclaw config validate``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from openclaw_dask.cli._app import config_option, friendly, load, main, set_option
+from openclaw_dask.errors import ConfigError
+
+__all__ = ["config_rows", "validate_file"]
+
+
+def config_rows(cfg: Any) -> list[tuple[str, Any, str]]:
+    """``(dotted key, value, source)`` for every key, then the ``dask:`` section's, in schema order."""
+    from openclaw_dask.config.model import plain
+
+    rows = [(k, plain(v), cfg.sources[k]) for k, v in cfg.items()]
+    return rows + [(f"dask.{k}", plain(v), "dask section") for k, v in cfg.dask.items()]
+
+
+def validate_file(path: str | Path) -> Any:
+    """Load the file alone (not this shell's ``OPENCLAW_*`` variables) with every check; return the Config.
+
+    Raises
+    ------
+    ConfigError
+        The file is missing or fails a check (the first problem found).
+    """
+    if not Path(path).is_file():
+        raise ConfigError(f"{path}: no such file; create one with `openclaw init {path}`")
+    from openclaw_dask.cluster import load_config
+
+    return load_config(path, env={})
+
+
+@main.group()
+def config() -> None:
+    """Show or check configuration."""
+
+
+@config.command("show")
+@config_option
+@set_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@friendly
+def config_show(config_path: str | None, sets: tuple[str, ...], as_json: bool) -> None:
+    """Print the effective value of every key and where it came from."""
+    cfg = load(config_path, sets)
+    rows = config_rows(cfg)
+    if as_json:
+        click.echo(json.dumps({k: {"value": v, "source": src} for k, v, src in rows}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"openclaw config ({cfg.path or 'defaults only'})")
+    for col in ("key", "value", "source"):
+        table.add_column(col)
+    for k, v, src in rows:
+        table.add_row(k, str(v), src, style=None if src == "default" else "bold")
+    Console().print(table)
+
+
+@config.command("validate")
+@click.argument("path", type=click.Path(dir_okay=False))
+@friendly
+def config_validate(path: str) -> None:
+    """Check a config file; exit 2 with the first problem found."""
+    cfg = validate_file(path)
+    changed = sum(src != "default" for src in cfg.sources.values())
+    click.echo(f"{path}: valid ({changed} keys set, backend {cfg.parallel.backend})")
