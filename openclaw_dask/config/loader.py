@@ -24,7 +24,7 @@ from openclaw_dask.config.model import Config
 from openclaw_dask.config.schema import KEYS, SECTIONS, TYPED_SECTIONS, Invalid, key_by_name
 from openclaw_dask.errors import ConfigError
 
-__all__ = ["DEFAULT_FILENAME", "default_config_text", "load_config", "parse_assignment"]
+__all__ = ["DEFAULT_FILENAME", "default_config_text", "load_config", "parse_assignment", "write_default_config"]
 
 DEFAULT_FILENAME = "openclaw_config.yaml"
 # Environment variables of openclaw's own that are not configuration keys.
@@ -37,6 +37,33 @@ logger = logging.getLogger("openclaw_dask.config")
 def default_config_text() -> str:
     """The packaged defaults file: every key with its default and a comment."""
     return resources.files("openclaw_dask.config").joinpath("defaults.yaml").read_text("utf-8")
+
+
+def write_default_config(path: str | os.PathLike[str] | None = None, *, force: bool = False) -> Path:
+    """Write the packaged, commented defaults file (``openclaw init``); return where it went.
+
+    Parameters
+    ----------
+    path
+        A file, or a folder to write ``openclaw_config.yaml`` into (default: that
+        name in the current folder).
+    force
+        Overwrite an existing file.
+
+    Raises
+    ------
+    ConfigError
+        The file exists (without ``force``), or its folder does not.
+    """
+    target = Path(path or DEFAULT_FILENAME)
+    if target.is_dir():
+        target = target / DEFAULT_FILENAME
+    if target.exists() and not force:
+        raise ConfigError(f"{target} already exists", hint="edit it, or pass --force to overwrite it")
+    if not target.parent.is_dir():
+        raise ConfigError(f"cannot write {target}: folder {target.parent} does not exist", hint="create it first")
+    target.write_text(default_config_text(), "utf-8")
+    return target
 
 
 def _suggest(name: str, candidates: list[str]) -> str:
