@@ -104,6 +104,18 @@ def test_missing_extra_names_the_pip_install(monkeypatch):
         get_backend("kubernetes")
 
 
+class PluginWithoutExtra(FakeBackend):
+    name = "plain"
+    extra = None
+
+
+def test_a_plugin_without_an_extra_names_its_own_packages(monkeypatch):
+    from openclaw_dask.cluster import registry
+
+    monkeypatch.setitem(registry._BUILTIN, "plain", f"{__name__}:PluginWithoutExtra")
+    assert available_backends()["plain"].endswith("run: pip install no_such_module_openclaw")
+
+
 # -- real clusters ---------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.base import Backend, Capabilities, RunningCluster
 from openclaw_dask.cluster.registry import ENTRY_POINT_GROUP, available_backends, backend_for, check, get_backend
+from openclaw_dask.config import load_config as _load_config
 
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
@@ -44,8 +45,6 @@ def load_config(path: str | os.PathLike[str] | None = None, overrides: Mapping[s
     BackendUnavailable
         The backend's extra is not installed.
     """
-    from openclaw_dask import config as _config
-
-    loaded = _config.load_config(path, overrides, **kwargs)
+    loaded = _load_config(path, overrides, **kwargs)
     check(loaded)
     return loaded

@@ -84,7 +84,10 @@ def get_backend(name: str, *, source: str | None = None) -> Backend:
     backend = _resolve(name, source)
     missing = backend.missing()
     if missing:
-        raise BackendUnavailable(f"backend {name} needs {', '.join(missing)}, which is not installed", extra=backend.extra)
+        what = f"backend {name} needs {', '.join(missing)}, which is not installed"
+        if backend.extra is None:  # a plugin's own dependencies: no openclaw-dask extra brings them
+            raise BackendUnavailable(f"{what}; run: pip install {' '.join(missing)}")
+        raise BackendUnavailable(what, extra=backend.extra)
     return backend
 
 
@@ -118,10 +121,8 @@ def _from_entry_point(name: str, ep: object, source: str | None) -> Backend:
 def backend_for(config: Config) -> Backend:
     """The backend a session of ``config`` runs on: the serial one when ``parallel.enabled`` is false."""
     if not config.parallel.enabled:
-        from openclaw_dask.cluster.serial import SerialBackend
-
-        return SerialBackend()
-    return get_backend(config.parallel.backend, source=config.sources.get("parallel.backend"))
+        return _load("openclaw_dask.cluster.serial:SerialBackend")
+    return _named(config)
 
 
 def check(config: Config) -> Backend:
@@ -130,9 +131,13 @@ def check(config: Config) -> Backend:
     With ``parallel.enabled: false`` the configured backend's rules still apply, so
     switching parallelism off and on again never turns a valid file invalid.
     """
-    backend = get_backend(config.parallel.backend, source=config.sources.get("parallel.backend"))
+    backend = _named(config)
     backend.check(config)
     return backend
+
+
+def _named(config: Config) -> Backend:
+    return get_backend(config.parallel.backend, source=config.sources.get("parallel.backend"))
 
 
 def available_backends() -> dict[str, str]:
@@ -143,10 +148,10 @@ def available_backends() -> dict[str, str]:
             out[name] = "not in this build yet"
             continue
         try:
-            backend = _resolve(name, None)
+            get_backend(name)
+            out[name] = "installed"
+        except BackendUnavailable as e:
+            out[name] = str(e)
         except ConfigError as e:  # a plugin that fails to load
             out[name] = e.message
-            continue
-        missing = backend.missing()
-        out[name] = f"missing {', '.join(missing)}: pip install 'openclaw-dask[{backend.extra}]'" if missing else "installed"
     return out
