@@ -31,7 +31,7 @@ def chunk_plan(session: Any, shape: tuple[int, ...], dtype: Any = "float64") -> 
     p = session.config.parallel
     return plan_chunks(
         tuple(shape), dtype, task_chunk_size=p.task_chunk_size, strategy=p.strategy, slots=session.slots,
-        task_overhead_s=session.backend.task_overhead_s,
+        task_overhead_s=session.engine.task_overhead_s,
         worker_memory=min((w.get("memory_limit") or 0 for w in workers), default=0) or None,
         threads_per_worker=max((w["nthreads"] for w in workers), default=1),
     )
@@ -118,7 +118,7 @@ def from_array(session: Any, x: Any) -> da.Array:
     if isinstance(x, da.Array):
         return x.rechunk(session.chunks(x.shape, x.dtype))
     chunks = session.chunks(x.shape, x.dtype)
-    if not isinstance(x, np.ndarray) or session.client is None:
+    if not isinstance(x, np.ndarray) or not session.engine.distributed:
         return da.from_array(x, chunks=chunks)
     return _scatter_blocks(session.client, x, chunks)
 

@@ -2,11 +2,13 @@
 
 Setup order (teardown is the reverse, by construction):
 
-1. log levels of ``openclaw_dask`` and ``distributed``;
-2. the dask configuration the config implies (:func:`~openclaw_dask.cluster.settings.dask_settings`);
+1. log levels of ``openclaw_dask`` and ``distributed``, and SIGTERM unwinding the stack as Ctrl-C does;
+2. the spill folder and its bound (:func:`~openclaw_dask.cluster.scratch.scratch`), then the dask
+   configuration the config implies (:func:`~openclaw_dask.cluster.settings.dask_settings`);
 3. the sized TCP comm backend, where socket buffers are asked for (installed for good: it is inert when unset);
 4. BLAS/OpenMP pools at one thread, when tasks run in this process;
-5. the running cluster (:meth:`Backend.start <openclaw_dask.cluster.Backend.start>`);
+5. the running cluster (:meth:`Backend.start <openclaw_dask.cluster.Backend.start>`), or the
+   local scheduler (and its thread pool) that ``dask.compute`` then uses by default;
 6. the backend's worker plugins (taken off again where the cluster is someone else's);
 7. the recovery watch on the scheduler, adaptive scaling, and the Prometheus collector.
 """
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +39,11 @@ def build(stack: contextlib.ExitStack, config: Config, backend: Backend, metrics
     from openclaw_dask.cluster.settings import dask_settings
     from openclaw_dask.monitoring import require_prometheus_client
 
+    from openclaw_dask.cluster.scratch import scratch
+
     stack.enter_context(_log_levels(config.parallel.log_level))
+    stack.enter_context(_terminate_unwinds())
+    stack.enter_context(dask.config.set(stack.enter_context(scratch(config))))
     stack.enter_context(dask.config.set(dask_settings(config, backend)))
     if config.parallel.socket_buffer_size is not None and backend.capabilities.socket_buffers:
         from openclaw_dask.cluster.sockets import install
@@ -50,6 +58,8 @@ def build(stack: contextlib.ExitStack, config: Config, backend: Backend, metrics
     if config.monitoring.prometheus:
         require_prometheus_client()  # before anything starts
     running = stack.enter_context(backend.start(config))
+    if running.local:  # a plain .compute() in the session runs where Session.compute does
+        stack.enter_context(dask.config.set(running.local))
     if running.client is not None:
         stack.enter_context(_plugins(running, backend.worker_plugins(config)))
         metrics.target_workers = len(running.client.scheduler_info(n_workers=-1)["workers"])
@@ -84,6 +94,27 @@ def _log_levels(level: str) -> Iterator[None]:
     finally:
         for name, old in before.items():
             logging.getLogger(name).setLevel(old)
+
+
+@contextlib.contextmanager
+def _terminate_unwinds() -> Iterator[None]:
+    """SIGTERM ends the session as Ctrl-C does (the stack unwinds: workers stop, the spill folder goes).
+
+    Only where SIGTERM would otherwise kill the process outright: in the main thread, with
+    no handler of the program's own.
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ def _bar(description: str, total: int, enabled: bool) -> Iterator[Any]:
 
 def track_persist(session: Any, collection: Any, description: str, *, show: bool) -> Any:
     """Persist ``collection`` in ``session`` and wait for it, with a bar per finished task."""
-    if session.client is not None:
+    if session.engine.distributed:
         from distributed import as_completed, futures_of
 
         persisted = session.client.persist(collection)
@@ -41,7 +41,7 @@ def track_persist(session: Any, collection: Any, description: str, *, show: bool
     from dask.callbacks import Callback
 
     with _bar(description, len(collection.__dask_graph__()), show) as advance, Callback(posttask=lambda *a: advance()):
-        return collection.persist(scheduler="sync")
+        return session.persist(collection)
 
 
 @contextmanager

@@ -28,7 +28,7 @@ def run_file(config: Any, path: str | Path, args: tuple[str, ...] = ()) -> dict[
     Returns
     -------
     dict
-        ``script``, ``ok``, ``exit_code``, ``wall_s``, ``backend``, ``workers`` and the
+        ``script``, ``ok``, ``exit_code``, ``wall_s``, ``backend``, ``engine``, ``workers`` and the
         recovery counts (``workers_lost``, ``tasks_recomputed``, ``failures_recovered``).
     """
     t0 = time.perf_counter()
@@ -37,7 +37,7 @@ def run_file(config: Any, path: str | Path, args: tuple[str, ...] = ()) -> dict[
         workers = len(s.workers()) or 1
         recovery = s.recovery()  # the session is this run's alone: its counts are the run's
     return {"script": str(path), "ok": exit_code == 0, "exit_code": exit_code, "wall_s": time.perf_counter() - t0,
-            "backend": s.backend.name, "workers": workers, "workers_lost": recovery.workers_lost,
+            "backend": s.backend.name, "engine": str(s.engine), "workers": workers, "workers_lost": recovery.workers_lost,
             "tasks_recomputed": recovery.tasks_recomputed, "failures_recovered": recovery.failures_recovered}
 
 

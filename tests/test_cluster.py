@@ -5,12 +5,13 @@ import os
 import socket
 import time
 
+import numpy as np
 import pytest
 
 import openclaw_dask
 from openclaw_dask.cluster import available_backends, get_backend, load_config
 from openclaw_dask.cluster.local import ProcessBackend
-from openclaw_dask.errors import BackendUnavailable, ClusterStartError, ConfigError
+from openclaw_dask.errors import BackendUnavailable, ClusterStartError, ConfigError, OpenclawError
 
 
 def cfg(**overrides):
@@ -24,8 +25,26 @@ def plan(config):
 # -- plans: what would be started (nothing runs) ----------------------------------------
 
 
-def test_thread_plan_is_one_worker_with_n_threads_on_inproc():
-    kw = plan(cfg(workers=3))
+def test_thread_plan_is_dasks_threaded_scheduler_unless_a_setting_needs_a_cluster():
+    assert plan(cfg(workers=3)) == {"scheduler": "threads", "num_workers": 3}
+    for overrides, key in [({"engine": "distributed"}, None), ({"dashboard": True}, "cluster.dashboard"),
+                           ({"retries": 1}, "fault_tolerance.retries"), ({"memory_limit": "1GiB"}, "cluster.memory_limit"),
+                           ({"communication": "tcp"}, "parallel.communication"), ({"max_spill": "1GiB"}, "cluster.max_spill")]:
+        engine = get_backend("thread").engine(cfg(**overrides))
+        assert engine.distributed and (key is None or engine.reason.startswith(key)), (overrides, engine)
+        assert "n_workers" in plan(cfg(**overrides))
+
+
+def test_engine_threads_refuses_a_setting_that_needs_a_cluster():
+    with pytest.raises(ConfigError, match=r"cluster.dashboard = true: needs a distributed cluster .*parallel.engine is threads; "
+                                          r"set parallel.engine=auto or distributed, or remove cluster.dashboard"):
+        cfg(engine="threads", dashboard=True)
+    with pytest.raises(ConfigError, match=r"parallel.engine = threads: .*backend process always runs a distributed cluster"):
+        cfg(backend="process", engine="threads")
+
+
+def test_thread_plan_with_a_cluster_is_one_worker_with_n_threads_on_inproc():
+    kw = plan(cfg(workers=3, engine="distributed"))
     assert (kw["n_workers"], kw["threads_per_worker"], kw["processes"]) == (1, 3, False)
     assert kw["protocol"] == "inproc"
     assert kw["dashboard_address"] is None
@@ -119,8 +138,25 @@ def test_a_plugin_without_an_extra_names_its_own_packages(monkeypatch):
 # -- real clusters ---------------------------------------------------------------------------
 
 
-def test_thread_backend_runs_n_threads_in_this_process():
+def test_thread_backend_runs_n_threads_in_this_process_without_a_cluster():
+    import dask
+    import dask.array as da
+    import threading
+
     with openclaw_dask.session(workers=2) as s:
+        assert s.engine.kind == "threads" and s.slots == 2 and s.workers() == {}
+        assert "openclaw-task" in repr(dask.config.get("pool")._thread_name_prefix)
+        # a plain .compute() in the session runs on the session's two task threads
+        names = da.ones(4, chunks=1).map_blocks(lambda b: np.array([threading.current_thread().name]), dtype=object).compute()
+        assert {n.rsplit("_", 1)[0] for n in names} == {"openclaw-task"}
+        with pytest.raises(OpenclawError, match="no distributed client: it runs on the dask threaded scheduler.*parallel.engine=distributed"):
+            s.client  # noqa: B018
+    assert dask.config.get("pool", None) is None
+
+
+def test_thread_backend_with_a_cluster_runs_one_in_process_worker():
+    with openclaw_dask.session(workers=2, engine="distributed") as s:
+        assert s.engine.distributed and s.engine.reason == "parallel.engine: distributed"
         workers = s.workers()
         assert len(workers) == 1 and s.slots == 2
         assert s.client.scheduler.address.startswith("inproc://")
@@ -167,7 +203,7 @@ def _http_status(port: int, path: str) -> int:
 
 def test_dashboard_off_by_default_and_on_loopback_when_asked():
     # The scheduler's HTTP server (health, metrics) always runs, on the bind host and a free port.
-    with openclaw_dask.session(workers=1) as s:
+    with openclaw_dask.session(workers=1, engine="distributed") as s:
         port = s.client.scheduler_info()["services"]["dashboard"]
         assert _http_status(port, "/health") == 200
         assert _http_status(port, "/status") == 404
@@ -188,7 +224,7 @@ def test_timeout_reaches_dask_config_and_is_restored():
     import dask
 
     before = dask.config.get("distributed.comm.timeouts.connect")
-    with openclaw_dask.session(workers=1, timeout="7s") as s:
+    with openclaw_dask.session(workers=1, timeout="7s", engine="distributed") as s:
         assert dask.config.get("distributed.comm.timeouts.connect") == "7.0s"
         assert s.client.run_on_scheduler(lambda: __import__("dask").config.get("distributed.comm.timeouts.connect")) == "7.0s"
     assert dask.config.get("distributed.comm.timeouts.connect") == before

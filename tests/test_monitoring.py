@@ -64,7 +64,7 @@ def test_metrics_endpoint_serves_openclaw_and_distributed_metrics(backend):
 
 
 def test_metrics_are_off_by_default_and_the_port_is_loopback():
-    with openclaw_dask.session(workers=1) as s:
+    with openclaw_dask.session(workers=1, engine="distributed") as s:
         port = s.client.scheduler_info()["services"]["dashboard"]
         assert "openclaw_workers" not in scrape(port)
     with pytest.raises(openclaw_dask.ConfigError, match="port from 1 to 65535"):

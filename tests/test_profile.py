@@ -189,7 +189,7 @@ def test_collector_leaves_the_scheduler_as_it_found_it():
     def plugins(dask_scheduler):
         return set(dask_scheduler.plugins)
 
-    with openclaw_dask.session(workers=1) as s:
+    with openclaw_dask.session(workers=1, engine="distributed") as s:
         before = s.client.run_on_scheduler(plugins)
         x = s.persist(s.array((1000,), fill="ones"))
         with collect(s) as record:

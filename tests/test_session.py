@@ -16,8 +16,10 @@ MiB = 2**20
 
 def test_disabled_runs_the_same_graph_serially_without_a_cluster():
     with openclaw_dask.session(enabled=False, task_chunk_size="1MiB") as s:
-        assert s.client is None and s.cluster is None and s.slots == 1
+        assert s.running.client is None and s.cluster is None and s.slots == 1 and s.engine.kind == "sync"
         assert dask.config.get("scheduler") == "sync"
+        with pytest.raises(OpenclawError, match="dask synchronous scheduler .parallel.enabled is false."):
+            s.client  # noqa: B018
         x = s.array((1_000_000,), fill="random", seed=3)
         serial = s.compute(x.sum())
     with openclaw_dask.session(workers=2, task_chunk_size="1MiB") as s:
@@ -26,10 +28,14 @@ def test_disabled_runs_the_same_graph_serially_without_a_cluster():
 
 
 def test_close_is_idempotent_and_happens_on_error():
-    with pytest.raises(KeyError), openclaw_dask.session(workers=1) as s:
+    with pytest.raises(KeyError), openclaw_dask.session(workers=1, engine="distributed") as s:
         client = s.client
         raise KeyError("inside the block")
     assert s.closed and client.status == "closed"
+    with pytest.raises(KeyError), openclaw_dask.session(workers=1) as s:
+        pool = s.running.local["pool"]
+        raise KeyError("inside the block")
+    assert s.closed and pool._shutdown
     s.close()
     s.close()
 
@@ -90,7 +96,7 @@ def test_array_with_a_block_function_and_bad_fill():
 @pytest.mark.parametrize("backend", ["thread", "process"])
 def test_from_array_scatters_numpy_blocks(backend):
     data = np.random.default_rng(0).random((1000, 30))
-    with openclaw_dask.session(backend=backend, workers=2, task_chunk_size="24KiB") as s:
+    with openclaw_dask.session(backend=backend, workers=2, task_chunk_size="24KiB", engine="distributed") as s:
         x = s.from_array(data)
         assert x.chunks[0] == (100,) * 10 and x.chunks[1] == (30,)
         # the graph holds references to data already on the workers, not the data itself
@@ -122,7 +128,7 @@ def test_dask_section_applies_in_the_session_and_its_workers(tmp_path):
 
 
 def test_session_without_arguments_returns_the_active_one():
-    with openclaw_dask.session(workers=1) as outer, activated(outer):
+    with openclaw_dask.session(workers=1, engine="distributed") as outer, activated(outer):
         assert active_session() is outer
         inner = openclaw_dask.session()
         assert inner.client is outer.client
@@ -160,7 +166,7 @@ def test_with_statement_starts_a_session_and_start_twice_is_refused():
     from openclaw_dask import Session
 
     with Session(load_config(env={}, overrides={"workers": 1})) as s:
-        assert s.client is not None
+        assert s.started and s.running is not None
         with pytest.raises(OpenclawError, match="started already"):
             s.start()
 
@@ -180,6 +186,8 @@ def test_blas_pools_are_one_thread_on_thread_and_serial_backends():
         return max((p["num_threads"] for p in threadpool_info()), default=1)
 
     with openclaw_dask.session(workers=2) as s:
+        assert s.compute(dask.delayed(widest, pure=False)()) == 1
+    with openclaw_dask.session(workers=2, engine="distributed") as s:
         assert s.client.submit(widest, pure=False).result() == 1
     with openclaw_dask.session(enabled=False):
         assert widest() == 1

@@ -30,9 +30,42 @@ if TYPE_CHECKING:
 
     from openclaw_dask.config import Config
 
-__all__ = ["Backend", "Capabilities", "RunningCluster"]
+__all__ = ["LOCAL_TASK_OVERHEAD_S", "Backend", "Capabilities", "Engine", "RunningCluster"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
+
+# Fixed cost of one more task on dask's local (sync and threaded) schedulers, seconds
+# (benchmarks/array_sum_chunks.py; docs/benchmarks.md): a fifth of distributed's.
+LOCAL_TASK_OVERHEAD_S = 0.00015
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What runs a session's graphs, and why that one.
+
+    Attributes
+    ----------
+    kind
+        ``distributed`` (a client and a cluster), ``threads`` (dask's threaded scheduler
+        in this process, no cluster) or ``sync`` (dask's synchronous scheduler).
+    reason
+        Why, for the run summary and the profile.
+    task_overhead_s
+        Fixed cost of one more task on it: the auto chunk size keeps it small.
+    """
+
+    kind: str
+    reason: str
+    task_overhead_s: float
+
+    @property
+    def distributed(self) -> bool:
+        """Tasks go through a :class:`distributed.Client` (and so retries, dashboards, worker memory)."""
+        return self.kind == "distributed"
+
+    def __str__(self) -> str:
+        label = {"threads": "dask threaded scheduler", "sync": "dask synchronous scheduler"}.get(self.kind, "distributed cluster")
+        return f"{label} ({self.reason})"
 
 
 @dataclass(frozen=True)
@@ -57,6 +90,9 @@ class Capabilities:
         The ``security:`` section applies.
     socket_buffers
         ``parallel.socket_buffer_size`` reaches its sockets.
+    threaded
+        Can run graphs on dask's threaded scheduler in this process, with no cluster
+        (``parallel.engine: threads``).
     """
 
     owns_cluster: bool = True
@@ -68,6 +104,7 @@ class Capabilities:
     prometheus: bool = False
     tls: bool = False
     socket_buffers: bool = False
+    threaded: bool = False
 
 
 class Backend:
@@ -119,6 +156,10 @@ class Backend:
         """What :meth:`start` would start, as plain data; starts nothing."""
         raise NotImplementedError
 
+    def engine(self, config: Config) -> Engine:
+        """What will run the graphs of a session of ``config``, and why (pure)."""
+        return Engine("distributed", f"backend {self.name} runs a distributed cluster", self.task_overhead_s)
+
     def start(self, config: Config) -> RunningCluster:
         """Start (or reach) the cluster and connect a client; call inside the session's dask config."""
         raise NotImplementedError
@@ -148,7 +189,7 @@ class RunningCluster:
     backend
         The :class:`Backend` that started it.
     client
-        The :class:`distributed.Client`; ``None`` for the serial backend.
+        The :class:`distributed.Client`; ``None`` when a local dask scheduler runs the tasks.
     cluster
         The object openclaw started (a ``LocalCluster``, an ``MpiJob``), or ``None`` when
         someone else owns the cluster.
@@ -157,6 +198,11 @@ class RunningCluster:
         (MPI ranks leave once their scheduler is gone).
     watch
         ``watch(wait)`` says why the cluster ended under a running session, or ``None``.
+    local
+        Without a client: the :func:`dask.compute` keywords of the local scheduler that runs
+        the tasks (``{"scheduler": "sync"}``, or ``"threads"`` with the session's own ``pool``).
+    threads
+        Task threads of the local scheduler (with a client, the scheduler knows).
     """
 
     backend: Backend
@@ -164,6 +210,8 @@ class RunningCluster:
     cluster: Any = None
     shutdown: bool = False
     watch: Callable[[float], str | None] | None = None
+    local: Mapping[str, Any] = field(default_factory=dict)
+    threads: int = 1
     closed: bool = field(default=False, init=False)
 
     @property
@@ -179,8 +227,10 @@ class RunningCluster:
         return None if self.watch is None else self.watch(wait)
 
     def close(self) -> None:
-        """Close the client, then the cluster if openclaw started it. Safe to call twice."""
+        """Close the client, then the cluster if openclaw started it (or the local pool). Safe to call twice."""
         if self.closed or self.client is None:
+            if not self.closed and "pool" in self.local:
+                self.local["pool"].shutdown(wait=False, cancel_futures=True)
             self.closed = True
             return
         self.closed = True

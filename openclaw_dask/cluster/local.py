@@ -1,7 +1,11 @@
-"""Backends ``thread`` and ``process``: a :class:`distributed.LocalCluster` on this machine.
+"""Backends ``thread`` and ``process``: this machine's cores.
 
-``thread`` is one in-process worker with ``workers`` threads (no serialisation, no
-inter-worker transfers). ``process`` is ``workers`` worker processes under nannies,
+``thread`` runs graphs on dask's threaded scheduler with ``workers`` threads in this
+process: no cluster, no serialisation, no transfers, and about a fifth of distributed's
+cost per task and per compute (docs/benchmarks.md). A setting only a cluster honours
+(:func:`cluster_needs`: a dashboard, Prometheus, TLS, retries, spilling, ...) or
+``parallel.engine: distributed`` starts one in-process :class:`distributed.LocalCluster`
+worker with those threads instead. ``process`` is ``workers`` worker processes under nannies,
 each with ``omp_threads`` task threads and one BLAS/OpenMP thread, so processes x
 threads never oversubscribe the cores; with ``hybrid`` each has one task thread and
 ``omp_threads`` BLAS/OpenMP threads instead (set at spawn by
@@ -11,25 +15,34 @@ threads never oversubscribe the cores; with ``hybrid`` each has one task thread 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from dask.system import CPU_COUNT
 
-from openclaw_dask.cluster.base import Backend, Capabilities, RunningCluster
+from openclaw_dask.cluster.base import LOCAL_TASK_OVERHEAD_S, Backend, Capabilities, Engine, RunningCluster
 from openclaw_dask.cluster.network import bind_host, dashboard_address, http_address, http_host, protocol
 from openclaw_dask.cluster.plugins import BlasThreads, blas_threads, task_threads, worker_processes
 from openclaw_dask.cluster.security import security_for
-from openclaw_dask.errors import ClusterStartError
+from openclaw_dask.errors import ClusterStartError, ConfigError
 
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
 
-__all__ = ["LocalBackend", "ProcessBackend", "ThreadBackend"]
+__all__ = ["LocalBackend", "ProcessBackend", "TaskPool", "ThreadBackend", "cluster_needs"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
 _NEVER = 10**9  # seconds: about 32 years
+
+
+def _threads(config: Config) -> int:
+    """Task threads of the thread backend: ``parallel.workers``, or the cores."""
+    return CPU_COUNT if config.parallel.workers == "auto" else config.parallel.workers
 
 
 class LocalBackend(Backend):
@@ -39,7 +52,7 @@ class LocalBackend(Backend):
         """The :class:`~distributed.LocalCluster` keyword arguments for ``config`` (nothing is started)."""
         p, c = config.parallel, config.cluster
         processes = self.capabilities.worker_processes
-        threads = task_threads(config) if processes else (CPU_COUNT if p.workers == "auto" else p.workers)
+        threads = task_threads(config) if processes else _threads(config)
         host = bind_host(config)
         web = http_host(config, host)
         kwargs: dict[str, Any] = {
@@ -73,10 +86,7 @@ class LocalBackend(Backend):
         from distributed import Client, LocalCluster
 
         kwargs = self.plan(config)
-        slots = kwargs["n_workers"] * max(kwargs["threads_per_worker"], blas_threads(config))
-        if slots > CPU_COUNT:
-            logger.warning("%d worker threads on %d cores: tasks will time-share the cores (check lscpu); lower parallel.workers",
-                           slots, CPU_COUNT)
+        _warn_oversubscribed(kwargs["n_workers"] * max(kwargs["threads_per_worker"], blas_threads(config)))
         logger.info("starting %s cluster: %s", self.name, kwargs)
         try:
             cluster = LocalCluster(**kwargs)
@@ -90,13 +100,95 @@ class LocalBackend(Backend):
         return RunningCluster(self, client, cluster)
 
 
+class TaskPool(ThreadPoolExecutor):
+    """The thread backend's task threads, for dask's threaded scheduler; it can report each task's run.
+
+    dask's local callbacks run in the scheduling thread, so their times include the wait
+    for a free thread and for the scheduler to notice the result. ``on_run(thread, start,
+    stop)`` is called in the task thread itself, before the result is handed back: per
+    thread, the calls come in the order dask's ``posttask`` callbacks do.
+    """
+
+    on_run: Callable[[int, float, float], None] | None = None
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        return super().submit(self._timed, fn, args, kwargs)
+
+    def _timed(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        start = time.time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            on_run = self.on_run
+            if on_run is not None:
+                on_run(threading.get_ident(), start, time.time())
+
+
+def _warn_oversubscribed(slots: int) -> None:
+    if slots > CPU_COUNT:
+        logger.warning("%d worker threads on %d cores: tasks will time-share the cores (check lscpu); lower parallel.workers",
+                       slots, CPU_COUNT)
+
+
+def cluster_needs(config: Config) -> list[tuple[str, str]]:
+    """The settings of ``config`` that only a distributed cluster honours: ``(key, why)`` pairs."""
+    p, c = config.parallel, config.cluster
+    needs = [
+        (c.dashboard, "cluster.dashboard", "the dashboard is distributed's"),
+        (config.monitoring.prometheus, "monitoring.prometheus", "the metrics are the scheduler's"),
+        (config.security.temporary_certificates, "security.temporary_certificates", "TLS protects a cluster's comms"),
+        (config.security.cert_file, "security.cert_file", "TLS protects a cluster's comms"),
+        (p.communication != "auto", "parallel.communication", "it says how client, scheduler and worker talk"),
+        (p.network_interface, "parallel.network_interface", "a cluster binds it"),
+        (c.preload, "cluster.preload", "it runs in the scheduler and the worker"),
+        (config.fault_tolerance.retries, "fault_tolerance.retries", "the scheduler retries failed tasks"),
+        (c.memory_limit != "auto", "cluster.memory_limit", "a worker spills and pauses at it"),
+        (c.max_spill != "auto", "cluster.max_spill", "it bounds a worker's spilling"),
+        (c.local_directory != "auto", "cluster.local_directory", "it holds a worker's spill files"),
+    ]
+    return [(key, why) for wanted, key, why in needs if wanted]
+
+
 class ThreadBackend(LocalBackend):
-    """``thread``: one in-process worker with ``workers`` threads (no serialisation, no transfers)."""
+    """``thread``: ``workers`` threads in this process, on dask's threaded scheduler or one in-process worker."""
 
     name = "thread"
-    capabilities = Capabilities(in_process=True, prometheus=True, tls=True, socket_buffers=True)
-    why_not = MappingProxyType({"resize": "runs one in-process worker (change parallel.workers instead)"})
+    capabilities = Capabilities(in_process=True, prometheus=True, tls=True, socket_buffers=True, threaded=True)
+    why_not = MappingProxyType({"resize": "runs in this one process (change parallel.workers instead)"})
     default_protocol = "inproc"
+
+    def engine(self, config: Config) -> Engine:
+        if config.parallel.engine == "distributed":
+            return Engine("distributed", "parallel.engine: distributed", self.task_overhead_s)
+        needs = cluster_needs(config)
+        if needs:
+            key, why = needs[0]
+            return Engine("distributed", f"{key} needs a cluster: {why}", self.task_overhead_s)
+        return Engine("threads", "no setting needs a cluster; parallel.engine: distributed starts one", LOCAL_TASK_OVERHEAD_S)
+
+    def check(self, config: Config) -> None:
+        super().check(config)
+        needs = cluster_needs(config)
+        if config.parallel.engine == "threads" and needs:
+            key, why = needs[0]
+            raise ConfigError.at(config, key, f"needs a distributed cluster ({why}), but parallel.engine is threads",
+                                 hint=f"set parallel.engine=auto or distributed, or remove {key}")
+
+    def plan(self, config: Config) -> dict[str, Any]:
+        """dask's threaded scheduler and its threads, or the :class:`~distributed.LocalCluster` keyword arguments."""
+        if self.engine(config).distributed:
+            return super().plan(config)
+        return {"scheduler": "threads", "num_workers": _threads(config)}
+
+    def start(self, config: Config) -> RunningCluster:
+        """A pool of task threads for dask's threaded scheduler, or the in-process cluster and its client."""
+        if self.engine(config).distributed:
+            return super().start(config)
+        threads = _threads(config)
+        _warn_oversubscribed(threads)
+        pool = TaskPool(threads, thread_name_prefix="openclaw-task")
+        logger.info("running on dask's threaded scheduler with %d threads", threads)
+        return RunningCluster(self, None, local={"scheduler": "threads", "pool": pool}, threads=threads)
 
     def dask_settings(self, config: Config) -> dict[str, Any]:
         # inproc addresses carry the machine's IP, not the host the dashboard binds
@@ -113,9 +205,13 @@ class ProcessBackend(LocalBackend):
         return [*super().worker_plugins(config), BlasThreads(blas_threads(config))]
 
     def dask_settings(self, config: Config) -> dict[str, Any]:
+        from openclaw_dask.cluster.settings import add_preload
+
         # SpecCluster closes a nanny, for good, when its worker is missing from the scheduler
         # lost-worker-timeout (15 s) after *any* earlier loss, even one the nanny had already
         # recovered from: a worker that crashes again while restarting then never comes back,
         # and a run waiting for it hangs (seen under chaos, 1 in about 8 runs). Our nannies
         # restart their workers themselves, so that reaper is switched off.
-        return {"distributed.deploy.lost-worker-timeout": f"{_NEVER}s"}
+        settings = {"distributed.deploy.lost-worker-timeout": f"{_NEVER}s"}
+        add_preload(settings, ("openclaw_dask.cluster.interrupt_preload",), ("worker",))
+        return settings

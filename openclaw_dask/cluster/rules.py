@@ -44,6 +44,10 @@ def _check_shape(backend: Backend, config: Config) -> None:
     if p.mpi_shared_memory and not cap.shared_memory:
         raise ConfigError.at(config, "parallel.mpi_shared_memory", f"applies to backend {able('shared_memory')} (backend is {name})",
                              hint="backend thread already shares one process's memory")
+    if p.engine == "threads" and not cap.threaded:
+        raise ConfigError.at(config, "parallel.engine", f"dask's threaded scheduler runs in this process: backend "
+                             f"{able('threaded')} (backend {name} always runs a distributed cluster)",
+                             hint="set parallel.engine=auto, or parallel.backend=thread")
     if config.cluster.scheduler_address and cap.owns_cluster:
         raise ConfigError.at(config, "cluster.scheduler_address", f"used only with backend remote (backend is {name})",
                              hint="remove it or set parallel.backend=remote")

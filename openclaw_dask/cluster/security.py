@@ -10,7 +10,6 @@ cluster. Relative paths start at the folder of the config file that names them.
 from __future__ import annotations
 
 import ssl
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.errors import BackendUnavailable, ConfigError
@@ -27,16 +26,9 @@ _ROLES = ("client", "scheduler", "worker")
 
 def _path(config: Config, dotted: str) -> str | None:
     """The absolute path a file key names; a missing file is a :class:`ConfigError`."""
-    value = config.get(dotted)
-    if value is None:
+    path = config.resolve_path(dotted)
+    if path is None:
         return None
-    where = config.sources.get(dotted, "default")
-    path = Path(value).expanduser()
-    # A path written in the config file is relative to that file, not to where openclaw runs.
-    in_file = config.path is not None and Path(where.rpartition(":")[0]).resolve() == config.path
-    if not path.is_absolute() and in_file:
-        path = config.path.parent / path
-    path = path.absolute()
     if not path.is_file():
         raise ConfigError.at(config, dotted, f"no such file ({path})", hint="give the path of a PEM file")
     return str(path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from openclaw_dask.cluster.base import Backend, Capabilities, RunningCluster
+from openclaw_dask.cluster.base import LOCAL_TASK_OVERHEAD_S, Backend, Capabilities, Engine, RunningCluster
 
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
@@ -25,16 +25,16 @@ class SerialBackend(Backend):
     capabilities = Capabilities(in_process=True)
     why_not = MappingProxyType({"resize": "has no cluster"})
     requires = ()
-    task_overhead_s = 0.00015  # the sync scheduler's own per-task cost (docs/benchmarks.md)
+    task_overhead_s = LOCAL_TASK_OVERHEAD_S
 
     def plan(self, config: Config) -> dict[str, Any]:
         return {"scheduler": "sync"}
 
+    def engine(self, config: Config) -> Engine:
+        return Engine("sync", "parallel.enabled is false", self.task_overhead_s)
+
     def start(self, config: Config) -> RunningCluster:
-        return RunningCluster(self, None)
+        return RunningCluster(self, None, local=self.plan(config))
 
     def worker_plugins(self, config: Config) -> list[Any]:
         return []
-
-    def dask_settings(self, config: Config) -> dict[str, Any]:
-        return {"scheduler": "sync"}

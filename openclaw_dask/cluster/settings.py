@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from openclaw_dask.cluster.base import Backend
     from openclaw_dask.config import Config
 
-__all__ = ["dask_settings"]
+__all__ = ["add_preload", "dask_settings"]
 
 
 def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, Any]:
@@ -46,7 +46,7 @@ def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, A
         settings.update(tls_settings(config))
     settings.update(config.dask)
     if config.cluster.preload:
-        _preload(settings, config.cluster.preload, ("scheduler", "worker"))
+        add_preload(settings, config.cluster.preload, ("scheduler", "worker"))
     if p.socket_buffer_size is not None:
         _socket_buffers(settings, p.socket_buffer_size)
     return settings
@@ -57,10 +57,10 @@ def _socket_buffers(settings: dict[str, Any], size: int) -> None:
     from openclaw_dask.cluster.sockets import CONFIG_KEY, PRELOAD
 
     settings.setdefault(CONFIG_KEY, size)  # a value in the dask: section wins
-    _preload(settings, (PRELOAD,), ("scheduler", "nanny", "worker"))
+    add_preload(settings, (PRELOAD,), ("scheduler", "nanny", "worker"))
 
 
-def _preload(settings: dict[str, Any], modules: tuple[str, ...], roles: tuple[str, ...]) -> None:
+def add_preload(settings: dict[str, Any], modules: tuple[str, ...], roles: tuple[str, ...]) -> None:
     """Append ``modules`` to the preloads of each role; worker processes get them from their nanny's config."""
     import dask
 

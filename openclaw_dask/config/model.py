@@ -29,6 +29,7 @@ class ParallelConfig:
     backend: str
     workers: int | str
     strategy: str
+    engine: str
     communication: str
     communication_strict: bool
     task_chunk_size: ChunkSize
@@ -58,6 +59,8 @@ class ClusterConfig:
     dashboard: str | bool
     memory_limit: int | str
     preload: tuple[str, ...]
+    local_directory: str
+    max_spill: int | str | bool
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,17 @@ class Config:
         """Return the value of a dotted key such as ``parallel.workers``."""
         section, _, name = dotted.partition(".")
         return getattr(getattr(self, section), name)
+
+    def resolve_path(self, dotted: str) -> Path | None:
+        """The path a key names, absolute; a relative path written in the config file starts at that file's folder."""
+        value = self.get(dotted)
+        if value is None:
+            return None
+        path = Path(value).expanduser()
+        where = self.sources.get(dotted, "default")
+        if not path.is_absolute() and self.path is not None and Path(where.rpartition(":")[0]).resolve() == self.path:
+            path = self.path.parent / path
+        return path.absolute()
 
     def items(self) -> list[tuple[str, Any]]:
         """All ``(dotted key, value)`` pairs of the typed sections, in schema order."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from dask.utils import parse_bytes, parse_timedelta
 
-__all__ = ["KEYS", "SECTIONS", "STRATEGIES", "TYPED_SECTIONS", "ChunkSize", "Invalid", "Key", "key_by_name"]
+__all__ = ["ENGINES", "KEYS", "SECTIONS", "STRATEGIES", "TYPED_SECTIONS", "ChunkSize", "Invalid", "Key", "key_by_name"]
 
 
 class Invalid(Exception):
@@ -215,7 +215,26 @@ def _strategy(v: Any) -> str:
     return _choice(*STRATEGIES)(v)
 
 
+def _local_directory(v: Any) -> str:
+    if v == "auto":
+        return "auto"
+    try:
+        return _str(v)
+    except Invalid:
+        raise Invalid("auto (a temporary folder for each session, removed when it ends) or a folder path") from None
+
+
+def _max_spill(v: Any) -> int | str | bool:
+    if v == "auto" or v is False:
+        return v
+    try:
+        return _size()(v)
+    except Invalid:
+        raise Invalid("auto (a share of the free disk space), a size such as 10GiB, or false (no bound)") from None
+
+
 STRATEGIES = ("data", "model")
+ENGINES = ("auto", "threads", "distributed")
 COMMUNICATIONS = ("auto", "tcp", "inproc", "tls", "ucx", "nccl", "gloo")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -225,6 +244,7 @@ KEYS: tuple[Key, ...] = (
     Key("parallel", "backend", _backend_name),
     Key("parallel", "workers", _int(1, auto=True)),
     Key("parallel", "strategy", _strategy),
+    Key("parallel", "engine", _choice(*ENGINES)),
     Key("parallel", "communication", _choice(*COMMUNICATIONS)),
     Key("parallel", "communication_strict", _bool),
     Key("parallel", "task_chunk_size", _chunk_size),
@@ -249,6 +269,8 @@ KEYS: tuple[Key, ...] = (
     Key("cluster", "dashboard", _dashboard),
     Key("cluster", "memory_limit", _size(auto=True)),
     Key("cluster", "preload", _str_list),
+    Key("cluster", "local_directory", _local_directory),
+    Key("cluster", "max_spill", _max_spill),
     # workload: built-in jobs
     Key("workload", "size", _size()),
     Key("workload", "repeat", _int(1)),

@@ -108,6 +108,7 @@ class ProfileReport:
     imbalance: dict[str, float]
     verdicts: list[Verdict] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    engine: str = ""  # what ran the graphs, and why
 
     def kinds(self) -> set[str]:
         return {v.kind for v in self.verdicts}
@@ -207,7 +208,7 @@ def analyze(record: RunRecord, *, chunk_hint: int | None = None) -> ProfileRepor
         "cv": (statistics.pstdev(values) / mean) if mean > 0 and len(values) > 1 else 0.0,
         "lanes": len(values),
     }
-    report = ProfileReport(record.backend, record.wall_s, len(tasks), slots, workers, groups, imbalance)
+    report = ProfileReport(record.backend, record.wall_s, len(tasks), slots, workers, groups, imbalance, engine=record.engine)
     skewed = _skew(by_group)
     report.verdicts += skewed
     stragglers = _stragglers(by_group, wall)

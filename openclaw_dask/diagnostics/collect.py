@@ -4,7 +4,8 @@ On a cluster: the scheduler's task stream (every task's worker, thread, compute 
 transfer intervals, output bytes), each worker's transfer logs and counters, its
 system monitor (process memory, sampled by the worker itself), and its spill
 buffer. Nothing is polled while the run goes on; everything is read at the end.
-Serial runs (``parallel.enabled: false``) use a local scheduler callback instead.
+On dask's local schedulers (the thread backend's threaded engine, and serial runs) a
+scheduler callback records each task instead.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import defaultdict, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -61,6 +63,7 @@ class RunRecord:
     stop: float = 0.0
     task_overhead_s: float = 0.0008  # the backend's fixed cost per task (Backend.task_overhead_s)
     in_process: bool = False  # tasks shared one process's memory (nothing to transfer between workers)
+    engine: str = ""  # what ran the graphs, and why (Session.engine)
     tasks: list[TaskRecord] = field(default_factory=list)
     workers: dict[str, WorkerRecord] = field(default_factory=dict)
 
@@ -127,10 +130,10 @@ def collect(session: Any) -> Iterator[RunRecord]:
     Yields a :class:`RunRecord` that is filled in when the block ends.
     """
     backend = session.backend
-    record = RunRecord(backend=backend.name, start=time.time(), task_overhead_s=backend.task_overhead_s,
-                       in_process=backend.capabilities.in_process)
-    if session.client is None:
-        with _local(record):
+    record = RunRecord(backend=backend.name, start=time.time(), task_overhead_s=session.engine.task_overhead_s,
+                       in_process=backend.capabilities.in_process, engine=str(session.engine))
+    if not session.engine.distributed:
+        with _local(record, session.slots, session.running.local.get("pool")):
             yield record
         record.stop = time.time()
         return
@@ -176,29 +179,50 @@ def collect(session: Any) -> Iterator[RunRecord]:
 
 
 @contextmanager
-def _local(record: RunRecord) -> Iterator[None]:
-    """Timing and output size of every task on dask's local schedulers."""
+def _local(record: RunRecord, threads: int, pool: Any = None) -> Iterator[None]:
+    """Timing, thread and output size of every task on dask's local schedulers.
+
+    With the thread backend's :class:`~openclaw_dask.cluster.local.TaskPool`, each task's
+    start and stop are taken in the thread that ran it (dask's callbacks run in the
+    scheduling thread, late by the scheduling itself); otherwise (the sync scheduler runs
+    tasks in the calling thread) around the task by the callbacks.
+    """
     import psutil
     from dask.callbacks import Callback
     from dask.sizeof import sizeof
 
     starts: dict[Any, float] = {}
+    runs: dict[int, deque[tuple[float, float]]] = defaultdict(deque)  # per thread, in the order they finished
     lock = threading.Lock()
     process = psutil.Process()
     peak = [process.memory_info().rss]
+
+    def on_run(thread: int, start: float, stop: float) -> None:
+        runs[thread].append((start, stop))
 
     def pretask(key: Any, dsk: Any, state: Any) -> None:
         starts[key] = time.time()
 
     def posttask(key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
         stop = time.time()
-        task = TaskRecord(_key_text(key), _group(key), "local", threading.get_ident(), starts.pop(key, stop), stop, int(sizeof(result)))
+        start = starts.pop(key, stop)
+        thread = int(worker_id or 0)  # the thread that ran the task
+        if runs.get(thread):
+            start, stop = runs[thread].popleft()
+        task = TaskRecord(_key_text(key), _group(key), "local", thread, start, stop, int(sizeof(result)))
         with lock:
             record.tasks.append(task)
             if len(record.tasks) % 16 == 0:
                 peak[0] = max(peak[0], process.memory_info().rss)
 
-    with Callback(pretask=pretask, posttask=posttask):
-        yield
+    watching = pool is not None and hasattr(pool, "on_run")
+    if watching:
+        pool.on_run = on_run
+    try:
+        with Callback(pretask=pretask, posttask=posttask):
+            yield
+    finally:
+        if watching:
+            pool.on_run = None
     peak[0] = max(peak[0], process.memory_info().rss)
-    record.workers["local"] = WorkerRecord("local", 1, psutil.virtual_memory().total, peak[0], 0, 0, 0)
+    record.workers["local"] = WorkerRecord("local", threads, psutil.virtual_memory().total, peak[0], 0, 0, 0)

@@ -44,6 +44,7 @@ def print_run_summary(r: Any) -> None:
     table.add_row("throughput", f"{r.gbps:.2f} GB/s over {_b(r.size_bytes)} (median of {len(r.sum_s_all)} sums: {r.sum_s * 1e3:.1f} ms)")
     table.add_row("wall time", f"{r.wall_s:.2f} s (generation {r.generate_s:.2f} s)")
     table.add_row("cluster", f"{r.backend}: {r.workers} worker(s), {r.threads} thread(s)")
+    table.add_row("engine", r.engine)
     table.add_row("chunks", f"{r.n_chunks} x {_b(r.chunk_bytes)} ({r.chunk_reason})")
     table.add_row("failures", recovery_line(r.workers_lost, r.tasks_recomputed, r.failures_recovered))
     _console().print(table)
@@ -73,6 +74,8 @@ def print_profile(report: Any) -> None:
             _b(w.bytes_computed), _b(w.bytes_in), _b(w.bytes_out), _b(w.peak_memory),
         )
     console.print(workers)
+    if report.engine:
+        console.print(f"engine: {report.engine}")
     groups = Table(title="task groups", box=SIMPLE_HEAD)
     for col in ("group", "count", "total", "p50", "p95", "max", "chunk p50", "chunk max"):
         groups.add_column(col, justify="left" if col == "group" else "right", no_wrap=True, overflow="ellipsis")

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from openclaw_dask.progress import track_persist
+from openclaw_dask.workloads.memory import require_memory
 
 __all__ = ["ArraySumResult", "run"]
 
@@ -42,6 +43,7 @@ class ArraySumResult:
     n_chunks: int
     chunk_reason: str
     backend: str
+    engine: str
     enabled: bool
     workers: int
     threads: int
@@ -71,6 +73,7 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
     size = cfg.workload.size if size is None else size
     repeat = cfg.workload.repeat if repeat is None else repeat
     n = max(1, size // 8)
+    require_memory(session, n * 8)
     before = session.recovery()
     t_start = time.perf_counter()
     plan = session.chunk_plan((n,), "float64")
@@ -105,6 +108,7 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
         n_chunks=len(chunks),
         chunk_reason=plan.reason,
         backend=session.backend.name,
+        engine=str(session.engine),
         enabled=cfg.parallel.enabled,
         workers=len(workers) or 1,
         threads=session.slots,

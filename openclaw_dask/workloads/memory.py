@@ -1,0 +1,32 @@
+"""Refuse a built-in workload whose input cannot fit, before it runs (it would spill, pause or fail)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openclaw_dask.errors import ConfigError
+
+__all__ = ["FIT_SHARE", "require_memory"]
+
+FIT_SHARE = 0.8  # of a session's memory an input may take: distributed pauses a worker at 80% of its limit
+
+
+def require_memory(session: Any, nbytes: int) -> None:
+    """Refuse an input of ``nbytes`` that does not fit in ``session``'s memory (:meth:`Session.memory`).
+
+    Raises
+    ------
+    ConfigError
+        On ``workload.size``, naming the size, the memory and the fixes.
+    """
+    from dask.utils import format_bytes
+
+    memory = session.memory()
+    if nbytes > FIT_SHARE * memory:
+        workers = len(session.workers()) or 1
+        raise ConfigError.at(
+            session.config, "workload.size",
+            f"the input needs {format_bytes(nbytes)} of memory, and this session's {workers} worker(s) hold "
+            f"{format_bytes(memory)} ({FIT_SHARE:.0%} usable: {format_bytes(int(FIT_SHARE * memory))})",
+            hint="lower --size, add workers, or raise cluster.memory_limit",
+        )
