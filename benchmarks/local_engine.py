@@ -60,7 +60,7 @@ def openclaw_engine(n: int, repeat: int, **overrides: object) -> tuple[float, st
         x = s.persist(s.array((n,), "f8", fill="arange"))
         assert math.isclose(s.compute(x.sum()), n * (n - 1) / 2, rel_tol=1e-12)
         chunk = format_bytes(8 * max(x.chunks[0]))
-        return median_s(lambda: s.compute(x.sum()), repeat), f"{chunk} x {len(x.chunks[0])}, {getattr(s, 'engine', s.backend.name)}"
+        return median_s(lambda: s.compute(x.sum()), repeat), f"{chunk} x {len(x.chunks[0])}, {s.engine.kind}"
 
 
 def main() -> None:

@@ -101,9 +101,8 @@ def _auto_target(total: int, itemsize: int, slots: int, overhead_s: float, worke
     n = math.ceil(total / max(1, target))
     if n % slots:
         n = math.ceil(n / slots) * slots
-        target = math.ceil(total / itemsize / n) * itemsize  # whole elements, so exactly n chunks
-        steps.append(f"lowered to {format_bytes(target)} ({n} chunks, a multiple of {slots} slots)")
-    return int(target), ", ".join(steps)
+        steps.append(f"lowered to {format_bytes(math.ceil(total / itemsize / n) * itemsize)} ({n} chunks, a multiple of {slots} slots)")
+    return math.ceil(total / itemsize / n) * itemsize, ", ".join(steps)  # whole elements, so exactly n chunks
 
 
 def _balanced(n: int, size: int) -> tuple[int, ...]:

@@ -64,14 +64,18 @@ def test_auto_follows_guide_rule_for_large_arrays():
     assert plan.target_bytes == MAX_AUTO_CHUNK
     total = 16 * 2**30  # 16 GiB / (4 x 10) = 410 MiB, between floor and cap: the guide's value
     plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=4, task_overhead_s=ThreadBackend.task_overhead_s)
-    assert plan.target_bytes == total // 40
+    assert plan.n_chunks == 40 and abs(plan.target_bytes - total / 40) < 8  # whole elements
     assert "auto: 16.00 GiB / (4 slots x 10)" in plan.reason
+    # a guide value that is not a whole number of elements still gives exactly slots x 10 chunks
+    plan = plan_chunks((2 * 2**30 // 8,), "f8", task_chunk_size=AUTO, slots=2, task_overhead_s=SerialBackend.task_overhead_s)
+    assert plan.n_chunks == 20
 
 
 def test_auto_is_raised_to_the_overhead_floor():
     total = 2 * 2**30
     plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=2, task_overhead_s=ProcessBackend.task_overhead_s)
-    assert plan.target_bytes == min_auto_chunk(ProcessBackend.task_overhead_s)
+    floor = min_auto_chunk(ProcessBackend.task_overhead_s)
+    assert plan.n_chunks == math.ceil(total / floor) and plan.chunk_bytes <= floor  # as many chunks as the floor allows, evened out
     assert "per-task overhead" in plan.reason
     assert min_auto_chunk(SerialBackend.task_overhead_s) <= min_auto_chunk(ThreadBackend.task_overhead_s)
 
@@ -79,7 +83,7 @@ def test_auto_is_raised_to_the_overhead_floor():
 def test_auto_is_capped_by_worker_memory():
     total = 64 * 2**30
     plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=2, worker_memory=800 * MiB, threads_per_worker=2)
-    assert plan.target_bytes == 100 * MiB
+    assert plan.n_chunks == math.ceil(total / (100 * MiB)) and plan.chunk_bytes <= 100 * MiB
     assert "memory per thread / 4" in plan.reason
 
 

@@ -24,9 +24,8 @@ def require_memory(session: Any, nbytes: int) -> None:
     memory = session.memory()
     if nbytes > FIT_SHARE * memory:
         workers = len(session.workers()) or 1
-        raise ConfigError.at(
-            session.config, "workload.size",
-            f"the input needs {format_bytes(nbytes)} of memory, and this session's {workers} worker(s) hold "
-            f"{format_bytes(memory)} ({FIT_SHARE:.0%} usable: {format_bytes(int(FIT_SHARE * memory))})",
-            hint="lower --size, add workers, or raise cluster.memory_limit",
+        raise ConfigError(
+            f"workload.size = {format_bytes(nbytes)} does not fit in memory: this session's {workers} worker(s) hold "
+            f"{format_bytes(memory)}, {FIT_SHARE:.0%} of it usable ({format_bytes(int(FIT_SHARE * memory))})",
+            key="workload.size", hint="lower --size, add workers, or raise cluster.memory_limit",
         )

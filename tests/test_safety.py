@@ -1,0 +1,191 @@
+"""Memory and disk safety: inputs that cannot fit, bounded spilling, the spill folder, Ctrl-C and SIGTERM.
+
+Every spill here goes to the test's own folder, under a few MiB of ``max_spill``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import dask
+import psutil
+import pytest
+from click.testing import CliRunner
+
+import openclaw_dask
+from openclaw_dask.cli import main
+from openclaw_dask.cluster.scratch import PREFIX, SPILL_SHARE
+from tests.conftest import BIN
+
+MiB = 2**20
+
+
+def _ours() -> set[Path]:
+    return set(Path(tempfile.gettempdir()).glob(f"{PREFIX}*-*"))
+
+
+# -- an input that cannot fit is refused before it runs -------------------------------------
+
+
+def test_array_sum_bigger_than_memory_is_refused_in_one_line():
+    t0 = time.monotonic()
+    r = CliRunner().invoke(main, ["run", "array-sum", "--size", "200GiB"])
+    assert r.exit_code == 2, r.output
+    (line,) = r.output.strip().splitlines()
+    assert line.startswith("openclaw: error: workload.size = 200.00 GiB does not fit in memory: this session's 1 worker(s) hold ")
+    assert line.endswith("; lower --size, add workers, or raise cluster.memory_limit")
+    assert time.monotonic() - t0 < 10
+
+
+def test_process_workers_memory_limit_bounds_what_fits():
+    r = CliRunner().invoke(main, ["run", "--size", "512MiB", "--set", "parallel.backend=process", "--set", "parallel.workers=2",
+                                  "--set", "cluster.memory_limit=200MiB"])
+    assert r.exit_code == 2, r.output
+    assert "512.00 MiB does not fit in memory: this session's 2 worker(s) hold 400.00 MiB, 80% of it usable (320.00 MiB)" in r.output
+
+
+# -- the spill folder and its bound ----------------------------------------------------------
+
+
+def test_each_session_spills_into_a_folder_of_its_own_removed_at_the_end():
+    before = _ours()
+    with openclaw_dask.session(workers=1, engine="distributed") as s:
+        folder = Path(dask.config.get("temporary-directory"))
+        assert folder.name.startswith(f"{PREFIX}{os.getpid()}-") and folder.is_dir()
+        (worker,) = s.cluster.workers.values()
+        assert Path(worker.local_directory).is_relative_to(folder)
+    assert not folder.exists() and _ours() <= before
+    with pytest.raises(KeyError), openclaw_dask.session(enabled=False):
+        folder = Path(dask.config.get("temporary-directory"))
+        raise KeyError("inside")
+    assert not folder.exists()
+
+
+def test_a_folder_named_in_the_config_is_used_and_kept(tmp_path):
+    (tmp_path / "openclaw_config.yaml").write_text("cluster:\n  local_directory: scratch\n")
+    with openclaw_dask.session(tmp_path / "openclaw_config.yaml", backend="process", workers=1) as s:
+        (directory,) = s.client.run(lambda dask_worker: dask_worker.local_directory).values()
+        assert Path(directory).is_relative_to(tmp_path / "scratch")
+    assert (tmp_path / "scratch").is_dir()
+
+
+def test_a_killed_sessions_folder_is_removed_by_the_next_one():
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{dead.pid}-"))
+    (stale / "spilled").write_bytes(b"x" * 1024)
+    if psutil.pid_exists(dead.pid):
+        pytest.skip("the pid was reused at once")
+    with openclaw_dask.session(enabled=False):
+        assert not stale.exists()
+
+
+def test_max_spill_auto_is_a_share_of_the_free_disk_per_worker():
+    with openclaw_dask.session(workers=2, engine="distributed") as s:
+        folder = dask.config.get("temporary-directory")
+        expected = shutil.disk_usage(folder).free * SPILL_SHARE / 2
+        (per_worker,) = s.client.run(lambda dask_worker: dask_worker.memory_manager.max_spill).values()
+        assert per_worker == pytest.approx(expected, rel=0.01)
+    with openclaw_dask.session(workers=2, max_spill="64MiB", engine="distributed") as s:
+        assert dask.config.get("distributed.worker.memory.max-spill") == 32 * MiB
+    with openclaw_dask.session(workers=2, max_spill=False, engine="distributed") as s:
+        assert dask.config.get("distributed.worker.memory.max-spill") is False
+
+
+def test_spilling_stops_at_max_spill(tmp_path):
+    # One worker of 512 MiB holds 320 MiB of data: past the 60% target it would spill ~13 MiB and
+    # more under memory pressure; max_spill stops it at 4 MiB (pausing is off so the run ends).
+    (tmp_path / "c.yaml").write_text(textwrap.dedent("""\
+        parallel: {backend: process, workers: 1, task_chunk_size: 2MiB}
+        cluster: {memory_limit: 512MiB, max_spill: 4MiB, local_directory: spill}
+        dask:
+          distributed: {worker: {memory: {pause: false, terminate: false}}}
+        """))
+    with openclaw_dask.session(tmp_path / "c.yaml") as s:
+        x = s.persist(s.array((320 * MiB // 8,), fill="ones"))
+        assert s.compute(x.sum()) == 320 * MiB // 8
+
+        def spilled(dask_worker):
+            metrics = dask_worker.data.cumulative_metrics
+            return sum(v for (label, unit), v in metrics.items() if label == "disk-write" and unit == "bytes")
+
+        (written,) = s.client.run(spilled).values()
+        on_disk = sum(f.stat().st_size for f in (tmp_path / "spill").rglob("*") if f.is_file())
+        assert 0 < written <= 4 * MiB + 2 * MiB and on_disk <= 4 * MiB + 2 * MiB
+
+
+# -- Ctrl-C and SIGTERM ------------------------------------------------------------------------
+
+
+def _started(proc: subprocess.Popen, workers: int, timeout: float = 60) -> list[psutil.Process]:
+    """Wait until ``proc`` has ``workers`` worker processes and its spill folder; return all its children."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        children = psutil.Process(proc.pid).children(recursive=True)
+        spawned = [c for c in children if "multiprocessing" in " ".join(c.cmdline())]
+        if len(spawned) >= workers and list(Path(tempfile.gettempdir()).glob(f"{PREFIX}{proc.pid}-*")):
+            return children
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    raise AssertionError("the run did not start its workers")
+
+
+@pytest.mark.parametrize(("command", "workers"), [
+    (["run", "array-sum", "--size", "256MiB", "--set", "workload.repeat=1000"], 2),
+    (["profile", "array-sum", "--size", "256MiB", "--set", "workload.repeat=1000"], 2),
+    (["benchmark", "--suite", "quick", "--repeat", "50"], 0),  # interrupted in its serial baseline
+])
+def test_ctrl_c_ends_with_130_one_line_and_nothing_left(command, workers, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENCLAW_")}
+    env.update(OPENCLAW_BACKEND="process", OPENCLAW_WORKERS="2")
+    proc = subprocess.Popen([str(BIN / "openclaw"), *command], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        children = _started(proc, workers)
+        time.sleep(1.0)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "openclaw: error: interrupted" and "Traceback" not in err, err
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, [p.cmdline() for p in alive]
+    assert not list(Path(tempfile.gettempdir()).glob(f"{PREFIX}{proc.pid}-*"))
+
+
+def test_sigterm_unwinds_a_session_in_a_script(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text(textwrap.dedent("""\
+        import time
+        import dask, openclaw_dask
+        if __name__ == "__main__":
+            with openclaw_dask.session(backend="process", workers=1):
+                print(dask.config.get("temporary-directory"), flush=True)
+                time.sleep(60)
+        """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        folder = Path(proc.stdout.readline().strip())
+        children = psutil.Process(proc.pid).children(recursive=True)
+        proc.terminate()
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr.read()
+    assert folder.name.startswith(PREFIX) and not folder.exists()
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive
