@@ -1,10 +1,11 @@
 """The local engine next to its limit: array-sum over data already in memory, side by side in one run.
 
-Rows: NumPy on 1 and on all cores (the memory-bandwidth limit), raw dask on its threaded
-scheduler, raw distributed (in-process and with worker processes), and openclaw's thread,
-process and serial engines. Every GB/s counts only the timed sum (generation is not timed);
-each cell is the median of ``--repeat`` sums; the share is against the NumPy all-cores row of
-the same run, measured before and after the others (their mean).
+Rows: NumPy on 1 thread, raw dask on its threaded scheduler, raw distributed (in-process,
+and with worker processes), and openclaw's thread, process and serial engines. The limit is
+NumPy summing the same bytes on all cores; it is timed alternately with each row while that
+row's engine is up (its data in memory, its processes running), so drift on a shared machine
+and the engine's own background work hit both alike. GB/s counts only the timed sum (the data
+is made first, untimed); each cell is a median of ``--repeat``.
 
     python benchmarks/local_engine.py --size 2GiB --repeat 7
 """
@@ -12,55 +13,59 @@ the same run, measured before and after the others (their mean).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import dask
 import dask.array as da
+import numpy as np
 from dask.system import CPU_COUNT
 from dask.utils import format_bytes, parse_bytes
-from distributed import Client, LocalCluster, wait
+from distributed import Client, LocalCluster
 
 import openclaw_dask
-from openclaw_dask.diagnostics.benchmark import measure_bandwidth
 
 RAW_CHUNK = "256MiB"
 
 
-def median_s(fn: Callable[[], object], repeat: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+@contextlib.contextmanager
+def raw_threaded(n: int) -> Iterator[tuple[Callable[[], object], str]]:
+    (x,) = dask.persist(da.arange(n, dtype="f8", chunks=parse_bytes(RAW_CHUNK) // 8), scheduler="threads")
+    yield (lambda: x.sum().compute(scheduler="threads")), RAW_CHUNK
 
 
-def raw_threaded(n: int, repeat: int) -> float:
-    x = da.arange(n, dtype="f8", chunks=parse_bytes(RAW_CHUNK) // 8)
-    (x,) = dask.persist(x, scheduler="threads")
-    return median_s(lambda: x.sum().compute(scheduler="threads"), repeat)
-
-
-def raw_distributed(n: int, repeat: int, processes: bool) -> float:
-    workers = CPU_COUNT if processes else 1
-    threads = 1 if processes else CPU_COUNT
-    with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=processes, dashboard_address=None,
-                      host="127.0.0.1" if processes else None) as cluster, Client(cluster) as client:
+@contextlib.contextmanager
+def raw_distributed(n: int, processes: bool) -> Iterator[tuple[Callable[[], object], str]]:
+    with LocalCluster(n_workers=CPU_COUNT if processes else 1, threads_per_worker=1 if processes else CPU_COUNT,
+                      processes=processes, dashboard_address=None, host="127.0.0.1" if processes else None) as cluster, \
+            Client(cluster, set_as_default=False) as client:
         x = client.persist(da.arange(n, dtype="f8", chunks=parse_bytes(RAW_CHUNK) // 8))
-        wait(x)
-        return median_s(lambda: client.compute(x.sum(), sync=True), repeat)
+        client.compute(x.sum(), sync=True)  # waits for the persisted chunks
+        yield (lambda: client.compute(x.sum(), sync=True)), RAW_CHUNK
 
 
-def openclaw_engine(n: int, repeat: int, **overrides: object) -> tuple[float, str]:
+@contextlib.contextmanager
+def openclaw_engine(n: int, **overrides: object) -> Iterator[tuple[Callable[[], object], str]]:
     with openclaw_dask.session(**overrides) as s:
         x = s.persist(s.array((n,), "f8", fill="arange"))
         assert math.isclose(s.compute(x.sum()), n * (n - 1) / 2, rel_tol=1e-12)
-        chunk = format_bytes(8 * max(x.chunks[0]))
-        return median_s(lambda: s.compute(x.sum()), repeat), f"{chunk} x {len(x.chunks[0])}, {s.engine.kind}"
+        yield (lambda: s.compute(x.sum())), f"{format_bytes(8 * max(x.chunks[0]))} x {len(x.chunks[0])}, {s.engine.kind}"
+
+
+def paired(limit: Callable[[], object], run: Callable[[], object], repeat: int) -> tuple[float, float]:
+    """Median seconds of ``run`` and of the NumPy limit, timed alternately after a warm-up of each."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for i in range(repeat + 1):
+        for k, fn in ((0, run), (1, limit)) if i % 2 else ((1, limit), (0, run)):
+            t0 = time.perf_counter()
+            fn()
+            if i:
+                times[k].append(time.perf_counter() - t0)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def main() -> None:
@@ -70,26 +75,29 @@ def main() -> None:
     args = ap.parse_args()
     size = parse_bytes(args.size)
     n = size // 8
-    before = measure_bandwidth(size, args.repeat)
-    rows: list[tuple[str, float, str]] = []
-    rows.append(("raw dask threaded scheduler", raw_threaded(n, args.repeat), RAW_CHUNK))
-    rows.append(("raw distributed, in-process cluster", raw_distributed(n, args.repeat, False), RAW_CHUNK))
-    rows.append((f"raw distributed, {CPU_COUNT} processes", raw_distributed(n, args.repeat, True), RAW_CHUNK))
-    for label, kw in (("openclaw thread (the default)", {}), ("openclaw process", {"backend": "process"}),
-                      ("openclaw serial (enabled: false)", {"enabled": False})):
-        seconds, what = openclaw_engine(n, args.repeat, **kw)
-        rows.append((label, seconds, what))
-    after = measure_bandwidth(size, args.repeat)
-    limit = (before["all_cores"] + after["all_cores"]) / 2
-    one = (before["1_thread"] + after["1_thread"]) / 2
-    print(f"array-sum over {format_bytes(size)} in memory, median of {args.repeat}; NumPy {CPU_COUNT}-thread limit "
-          f"{before['all_cores']:.1f} GB/s before, {after['all_cores']:.1f} after\n")
-    print(f"| engine | chunks | GB/s | share of the NumPy {CPU_COUNT}-thread limit |\n|---|---|---|---|")
-    print(f"| NumPy, {CPU_COUNT} threads (the limit) | 1/{CPU_COUNT} each | {limit:.1f} | 1.00 |")
-    print(f"| NumPy, 1 thread | whole array | {one:.1f} | {one / limit:.2f} |")
-    for label, seconds, what in rows:
-        gbps = size / seconds / 1e9
-        print(f"| {label} | {what} | {gbps:.1f} | {gbps / limit:.2f} |")
+    data = np.arange(n, dtype="f8")
+    parts = np.array_split(data, CPU_COUNT)
+    engines: dict[str, Callable[[], contextlib.AbstractContextManager[tuple[Callable[[], object], str]]]] = {
+        "NumPy, 1 thread": lambda: contextlib.nullcontext(((lambda: np.sum(data)), "whole array")),
+        "raw dask threaded scheduler": lambda: raw_threaded(n),
+        "raw distributed, in-process cluster": lambda: raw_distributed(n, False),
+        f"raw distributed, {CPU_COUNT} processes": lambda: raw_distributed(n, True),
+        "openclaw thread (the default)": lambda: openclaw_engine(n),
+        "openclaw process": lambda: openclaw_engine(n, backend="process"),
+        "openclaw serial (enabled: false)": lambda: openclaw_engine(n, enabled=False),
+    }
+    print(f"array-sum over {format_bytes(size)} in memory; each row: median of {args.repeat} sums, timed alternately "
+          f"with the NumPy {CPU_COUNT}-thread sum (the limit) while that engine is up\n")
+    print(f"| engine | chunks | GB/s | limit GB/s | share of the NumPy {CPU_COUNT}-thread limit |\n|---|---|---|---|---|")
+    with ThreadPoolExecutor(CPU_COUNT) as pool:
+        def limit() -> object:
+            return sum(pool.map(np.sum, parts))
+
+        for label, engine in engines.items():
+            with engine() as (run, what):
+                seconds, limit_s = paired(limit, run, args.repeat)
+            print(f"| {label} | {what} | {size / seconds / 1e9:.1f} | {size / limit_s / 1e9:.1f} | {limit_s / seconds:.2f} |",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -37,9 +37,9 @@ from openclaw_dask.config.schema import ChunkSize
 
 __all__ = ["DEFAULT_TASK_OVERHEAD_S", "MAX_AUTO_CHUNK", "ChunkPlan", "min_auto_chunk", "plan_chunks"]
 
-# Fixed cost of one extra task on a distributed cluster, seconds; each backend declares its own
-# (Backend.task_overhead_s), measured by benchmarks/array_sum_chunks.py (docs/benchmarks.md).
-DEFAULT_TASK_OVERHEAD_S = 0.0008
+# What one more chunk costs a compute on a distributed cluster, seconds; each backend declares its
+# own (Backend.task_overhead_s), measured by benchmarks/task_overhead.py (docs/benchmarks.md).
+DEFAULT_TASK_OVERHEAD_S = 0.002
 _STREAM_BYTES_PER_S = 13.5e9  # one thread summing float64 from memory
 _OVERHEAD_FACTOR = 20  # work per task >= 20 x overhead, i.e. overhead <= 5%
 MAX_AUTO_CHUNK = 512 * 2**20
@@ -85,23 +85,28 @@ def _auto_target(total: int, itemsize: int, slots: int, overhead_s: float, worke
     guide = total / (slots * 10)
     target, steps = guide, [f"auto: {format_bytes(total)} / ({slots} slots x 10) = {format_bytes(int(guide))}"]
     floor = min_auto_chunk(overhead_s)
-    if target < floor:
+    at_floor = target < floor
+    if at_floor:
         target = floor
         steps.append(f"raised to {format_bytes(floor)} (per-task overhead {overhead_s * 1e3:.2g} ms)")
     cap = MAX_AUTO_CHUNK
     if worker_memory:
         cap = min(cap, worker_memory // (4 * max(1, threads_per_worker)))
     if target > cap:
-        target = cap
+        target, at_floor = cap, False
         steps.append(f"lowered to {format_bytes(cap)} (memory per thread / 4)")
     share = math.ceil(total / itemsize / slots) * itemsize  # whole elements, so exactly one chunk per slot
     if target > share:
-        target = share
+        target, at_floor = share, False
         steps.append(f"lowered to {format_bytes(share)} (one chunk per slot)")
-    n = math.ceil(total / max(1, target))
+    # The count of chunks, a multiple of the slots, rounded towards the bound that decided:
+    # down at the overhead floor (no chunk smaller than it), up below a cap (none bigger).
+    n = total / max(1, target)
+    n = max(1, math.floor(n + 1e-9)) if at_floor else math.ceil(n - 1e-9)
     if n % slots:
-        n = math.ceil(n / slots) * slots
-        steps.append(f"lowered to {format_bytes(math.ceil(total / itemsize / n) * itemsize)} ({n} chunks, a multiple of {slots} slots)")
+        n = max(slots, (n // slots if at_floor else math.ceil(n / slots)) * slots)
+        steps.append(f"{'raised' if at_floor else 'lowered'} to {format_bytes(math.ceil(total / itemsize / n) * itemsize)} "
+                     f"({n} chunks, a multiple of {slots} slots)")
     return math.ceil(total / itemsize / n) * itemsize, ", ".join(steps)  # whole elements, so exactly n chunks
 
 

@@ -30,13 +30,13 @@ if TYPE_CHECKING:
 
     from openclaw_dask.config import Config
 
-__all__ = ["LOCAL_TASK_OVERHEAD_S", "Backend", "Capabilities", "Engine", "RunningCluster"]
+__all__ = ["THREADS_TASK_OVERHEAD_S", "Backend", "Capabilities", "Engine", "RunningCluster"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
-# Fixed cost of one more task on dask's local (sync and threaded) schedulers, seconds
-# (benchmarks/array_sum_chunks.py; docs/benchmarks.md): a fifth of distributed's.
-LOCAL_TASK_OVERHEAD_S = 0.00015
+# What one more chunk of a reduction costs a compute on dask's threaded scheduler, seconds:
+# building, optimising and scheduling its tasks (benchmarks/task_overhead.py; docs/benchmarks.md).
+THREADS_TASK_OVERHEAD_S = 0.0008
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class Backend:
     requires: ClassVar[tuple[str, ...]] = ("distributed",)
     extra: ClassVar[str | None] = None
     default_protocol: ClassVar[str] = "tcp"
-    task_overhead_s: ClassVar[float] = 0.0008
+    task_overhead_s: ClassVar[float] = 0.002  # a distributed cluster's (measured in-process: 1.96 ms)
 
     def missing(self) -> list[str]:
         """The required modules that are not installed (nothing is imported)."""

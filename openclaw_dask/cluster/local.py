@@ -18,13 +18,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from dask.system import CPU_COUNT
+from dask.threaded import ContextAwareThreadPoolExecutor
 
-from openclaw_dask.cluster.base import LOCAL_TASK_OVERHEAD_S, Backend, Capabilities, Engine, RunningCluster
+from openclaw_dask.cluster.base import THREADS_TASK_OVERHEAD_S, Backend, Capabilities, Engine, RunningCluster
 from openclaw_dask.cluster.network import bind_host, dashboard_address, http_address, http_host, protocol
 from openclaw_dask.cluster.plugins import BlasThreads, blas_threads, task_threads, worker_processes
 from openclaw_dask.cluster.security import security_for
@@ -100,16 +101,25 @@ class LocalBackend(Backend):
         return RunningCluster(self, client, cluster)
 
 
-class TaskPool(ThreadPoolExecutor):
+class TaskPool(ContextAwareThreadPoolExecutor):
     """The thread backend's task threads, for dask's threaded scheduler; it can report each task's run.
 
     dask's local callbacks run in the scheduling thread, so their times include the wait
     for a free thread and for the scheduler to notice the result. ``on_run(thread, start,
     stop)`` is called in the task thread itself, before the result is handed back: per
     thread, the calls come in the order dask's ``posttask`` callbacks do.
+
+    The session puts it in ``dask.config`` (``pool``), which distributed copies into the
+    worker processes it spawns: there, a copy is no pool at all (dask's own default).
     """
 
     on_run: Callable[[int, float, float], None] | None = None
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return _no_pool, ()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> TaskPool:
+        return self
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         return super().submit(self._timed, fn, args, kwargs)
@@ -122,6 +132,10 @@ class TaskPool(ThreadPoolExecutor):
             on_run = self.on_run
             if on_run is not None:
                 on_run(threading.get_ident(), start, time.time())
+
+
+def _no_pool() -> None:
+    return None
 
 
 def _warn_oversubscribed(slots: int) -> None:
@@ -164,7 +178,7 @@ class ThreadBackend(LocalBackend):
         if needs:
             key, why = needs[0]
             return Engine("distributed", f"{key} needs a cluster: {why}", self.task_overhead_s)
-        return Engine("threads", "no setting needs a cluster; parallel.engine: distributed starts one", LOCAL_TASK_OVERHEAD_S)
+        return Engine("threads", "no setting needs a cluster; parallel.engine: distributed starts one", THREADS_TASK_OVERHEAD_S)
 
     def check(self, config: Config) -> None:
         super().check(config)
@@ -200,6 +214,7 @@ class ProcessBackend(LocalBackend):
 
     name = "process"
     capabilities = Capabilities(worker_processes=True, resize=True, adapt=True, prometheus=True, tls=True, socket_buffers=True)
+    task_overhead_s = 0.0027  # measured with 2 workers (benchmarks/task_overhead.py)
 
     def worker_plugins(self, config: Config) -> list[Any]:
         return [*super().worker_plugins(config), BlasThreads(blas_threads(config))]

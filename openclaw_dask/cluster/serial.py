@@ -10,7 +10,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from openclaw_dask.cluster.base import LOCAL_TASK_OVERHEAD_S, Backend, Capabilities, Engine, RunningCluster
+from openclaw_dask.cluster.base import Backend, Capabilities, Engine, RunningCluster
 
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
@@ -25,7 +25,7 @@ class SerialBackend(Backend):
     capabilities = Capabilities(in_process=True)
     why_not = MappingProxyType({"resize": "has no cluster"})
     requires = ()
-    task_overhead_s = LOCAL_TASK_OVERHEAD_S
+    task_overhead_s = 0.0003  # the sync scheduler's cost of one more chunk of a reduction (docs/benchmarks.md)
 
     def plan(self, config: Config) -> dict[str, Any]:
         return {"scheduler": "sync"}

@@ -61,7 +61,7 @@ class RunRecord:
     backend: str
     start: float
     stop: float = 0.0
-    task_overhead_s: float = 0.0008  # the backend's fixed cost per task (Backend.task_overhead_s)
+    task_overhead_s: float = 0.002  # the engine's fixed cost per task (Engine.task_overhead_s)
     in_process: bool = False  # tasks shared one process's memory (nothing to transfer between workers)
     engine: str = ""  # what ran the graphs, and why (Session.engine)
     tasks: list[TaskRecord] = field(default_factory=list)
