@@ -148,18 +148,6 @@ class Session:
             return self.running.threads
         return sum(w["nthreads"] for w in self.workers().values()) or 1
 
-    def memory(self) -> int:
-        """Bytes this session can hold: its workers' memory limits together, and no more than this
-        machine has available where the tasks run in this process."""
-        import psutil
-
-        limits = [w.get("memory_limit") or 0 for w in self.workers().values()]
-        total = sum(limits) if limits and all(limits) else None
-        if total is None or self.backend.capabilities.in_process:
-            available = psutil.virtual_memory().available
-            total = available if total is None else min(total, available)
-        return total
-
     def compute(self, *collections: Any, **kwargs: Any) -> Any:
         """Compute on this session's engine: its client, or dask's local scheduler.
 

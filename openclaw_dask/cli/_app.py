@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
@@ -21,13 +26,41 @@ def fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C as KeyboardInterrupt, never lost in a finalizer.
+
+    Python ignores (and prints) an exception raised in a ``__del__``, and distributed's
+    futures release themselves in one: an interrupt that lands there would vanish and the
+    run would go on. It is delivered again a moment later instead.
+    """
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+            return
+        frame = frame.f_back
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn openclaw's own errors into one line and an exit code."""
+    """Turn openclaw's own errors into one line and an exit code; Ctrl-C is exit 130."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            with _interruptible():
+                return func(*args, **kwargs)
         except (ConfigError, BackendUnavailable) as e:
             fail(str(e), 2)
         except RunError as e:

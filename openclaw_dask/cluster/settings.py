@@ -38,13 +38,17 @@ def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, A
     # every worker process a nanny starts gets this many BLAS/OpenMP threads (libraries read it at load)
     for var, value in blas_env(config).items():
         settings[f"distributed.nanny.pre-spawn-environ.{var}"] = int(value)
-    settings.update((backend or backend_for(config)).dask_settings(config))
+    own = (backend or backend_for(config)).dask_settings(config)
+    settings.update(own)
     if config.security.enabled:
         from openclaw_dask.cluster.security import tls_settings
 
         # every Security() made under these settings (a user's Client, a scheduler, a worker) gets the same TLS
         settings.update(tls_settings(config))
     settings.update(config.dask)
+    for key, modules in own.items():  # preloads add up: a dask: section's list keeps the backend's too
+        if key.startswith("distributed.") and key.endswith(".preload"):
+            add_preload(settings, tuple(modules), (key.split(".")[1],))
     if config.cluster.preload:
         add_preload(settings, config.cluster.preload, ("scheduler", "worker"))
     if p.socket_buffer_size is not None:

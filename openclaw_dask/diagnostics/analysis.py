@@ -346,8 +346,8 @@ def _overhead(record: RunRecord, by_group: dict[str, list[TaskRecord]], chunk_hi
     overrides: dict[str, Any] = {}
     if chunk_hint is None and typical < 4096:  # tasks over small Python objects: chunk size is not the lever
         fix = f"batch tiny items into fewer, bigger tasks (about {math.ceil(factor)} items per task), e.g. map over lists of items"
-    elif bigger is None:
-        fix = "the chunks are as big as the threads allow; batch tiny items into fewer, bigger tasks, or fuse steps"
+    elif bigger is None:  # one chunk per thread already: the work is small, and no setting makes it cheaper
+        return []
     else:
         overrides = {"parallel.task_chunk_size": _size_text(bigger)}
         fix = f"raise parallel.task_chunk_size to {overrides['parallel.task_chunk_size']} (or to auto); batch tiny items into fewer, bigger tasks"

@@ -6,13 +6,26 @@ from typing import Any
 
 from openclaw_dask.errors import ConfigError
 
-__all__ = ["FIT_SHARE", "require_memory"]
+__all__ = ["FIT_SHARE", "require_memory", "session_memory"]
 
 FIT_SHARE = 0.8  # of a session's memory an input may take: distributed pauses a worker at 80% of its limit
 
 
+def session_memory(session: Any) -> int:
+    """Bytes ``session`` can hold: its workers' memory limits together, and no more than this
+    machine has available where the tasks run in this process (a local engine has no limits)."""
+    import psutil
+
+    limits = [w.get("memory_limit") or 0 for w in session.workers().values()]
+    total = sum(limits) if limits and all(limits) else None
+    if total is None or session.backend.capabilities.in_process:
+        available = psutil.virtual_memory().available
+        total = available if total is None else min(total, available)
+    return total
+
+
 def require_memory(session: Any, nbytes: int) -> None:
-    """Refuse an input of ``nbytes`` that does not fit in ``session``'s memory (:meth:`Session.memory`).
+    """Refuse an input of ``nbytes`` that does not fit in ``session``'s memory (:func:`session_memory`).
 
     Raises
     ------
@@ -21,7 +34,7 @@ def require_memory(session: Any, nbytes: int) -> None:
     """
     from dask.utils import format_bytes
 
-    memory = session.memory()
+    memory = session_memory(session)
     if nbytes > FIT_SHARE * memory:
         workers = len(session.workers()) or 1
         raise ConfigError(
