@@ -8,7 +8,8 @@ Setup order (teardown is the reverse, by construction):
 3. the sized TCP comm backend, where socket buffers are asked for (installed for good: it is inert when unset);
 4. BLAS/OpenMP pools at one thread, when tasks run in this process;
 5. the running cluster (:meth:`Backend.start <openclaw_dask.cluster.Backend.start>`), or the
-   local scheduler (and its thread pool) that ``dask.compute`` then uses by default;
+   local scheduler (and its thread pool) that ``dask.compute`` then uses by default, with
+   freed memory kept for reuse (:mod:`~openclaw_dask.cluster.heap`);
 6. the backend's worker plugins (taken off again where the cluster is someone else's);
 7. the recovery watch on the scheduler, adaptive scaling, and the Prometheus collector.
 """
@@ -59,7 +60,10 @@ def build(stack: contextlib.ExitStack, config: Config, backend: Backend, metrics
         require_prometheus_client()  # before anything starts
     running = stack.enter_context(backend.start(config))
     if running.local:  # a plain .compute() in the session runs where Session.compute does
+        from openclaw_dask.cluster.heap import heap_reuse
+
         stack.enter_context(dask.config.set(running.local))
+        stack.enter_context(heap_reuse())  # chunk-sized temporaries reuse memory instead of faulting it in
     if running.client is not None:
         stack.enter_context(_plugins(running, backend.worker_plugins(config)))
         metrics.target_workers = len(running.client.scheduler_info(n_workers=-1)["workers"])

@@ -1,0 +1,63 @@
+"""Freed memory kept for reuse while a local engine runs (glibc's malloc, set through ``mallopt``).
+
+glibc gives every allocation above 32 MiB fresh pages from ``mmap`` and unmaps them when
+they are freed, and a task thread's own arena cannot hold one at all. So each chunk-sized
+temporary of a task (``np.pad`` of a block, ``np.sin(x)``, ``x + y``) paid page faults on
+new memory, and with two task threads the faults queued on the process's address-space lock:
+the ``stencil`` kernel ran slower on two threads than on one, and varied 3x from run to run
+(docs/benchmarks.md). While a session runs tasks in this process on a dask local scheduler,
+big blocks come from the main heap and stay there when freed, for the next task to reuse.
+Closing the session restores the limits and hands free memory back to the system
+(``malloc_trim``). One effect outlives it: glibc fixes its arena limit the first time it
+needs a second arena, so threads started in this process later share the main arena.
+
+Not on the distributed engine: a distributed worker watches its process's memory to decide
+when to spill, and memory kept for reuse would look like a leak to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import logging
+import sys
+from collections.abc import Iterator
+
+__all__ = ["heap_reuse"]
+
+logger = logging.getLogger("openclaw_dask.cluster")
+
+# mallopt parameters (malloc.h) and glibc's defaults for them
+M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8
+_REUSE = ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 1 << 30), (M_ARENA_MAX, 1))
+_DEFAULTS = ((M_MMAP_MAX, 65536), (M_TRIM_THRESHOLD, 128 * 1024), (M_ARENA_MAX, 0))
+
+
+def _glibc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.gnu_get_libc_version  # noqa: B018  (musl and others have no mallopt parameters to set)
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+@contextlib.contextmanager
+def heap_reuse() -> Iterator[None]:
+    """Keep freed blocks in the heap while the block runs; give them back on exit (glibc only)."""
+    libc = _glibc()
+    if libc is None:
+        yield
+        return
+    for param, value in _REUSE:
+        libc.mallopt(param, value)
+    logger.debug("malloc keeps freed memory for reuse while the session runs")
+    try:
+        yield
+    finally:
+        for param, value in _DEFAULTS:
+            libc.mallopt(param, value)
+        libc.malloc_trim(0)
