@@ -35,7 +35,7 @@ def main() -> None:
     args = ap.parse_args()
     n = parse_bytes(args.size) // 8
     for backend in ("thread", "process"):
-        with openclaw_dask.session(backend=backend, workers=args.workers) as s:
+        with openclaw_dask.session(backend=backend, workers=args.workers, engine="distributed" if backend == "thread" else "auto") as s:
             chunks = s.chunks((n,), "f8")
             x = s.persist(s.array((n,), fill="arange"))
             wait(x)

@@ -100,6 +100,20 @@ def test_max_spill_auto_is_a_share_of_the_free_disk_per_worker():
         assert dask.config.get("distributed.worker.memory.max-spill") is False
 
 
+def test_openclaw_worker_gets_the_same_bound_and_folder(tmp_path):
+    from openclaw_dask.cluster.deploy import worker_command
+    from openclaw_dask.config import load_config
+
+    cmd = worker_command(load_config(None, {"workers": 2, "max_spill": "10GiB", "local_directory": str(tmp_path)}, env={}),
+                         "tcp://127.0.0.1:8786")
+    assert cmd.settings["distributed.worker.memory.max-spill"] == 5 * 2**30
+    assert cmd.argv[cmd.argv.index("--local-directory") + 1] == str(tmp_path)
+    auto = worker_command(load_config(None, {"workers": 1}, env={}), "tcp://127.0.0.1:8786")
+    assert "--local-directory" not in auto.argv  # dask's own scratch space, which it removes on exit
+    free = shutil.disk_usage(tempfile.gettempdir()).free * SPILL_SHARE
+    assert auto.settings["distributed.worker.memory.max-spill"] == pytest.approx(free, rel=0.01)
+
+
 def test_spilling_stops_at_max_spill(tmp_path):
     # One worker of 512 MiB holds 320 MiB of data: past the 60% target it would spill ~13 MiB and
     # more under memory pressure; max_spill stops it at 4 MiB (pausing is off so the run ends).

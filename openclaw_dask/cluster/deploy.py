@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from openclaw_dask.cluster.base import Backend
 from openclaw_dask.cluster.local import ProcessBackend
 from openclaw_dask.cluster.network import bind_host, dashboard_address, http_address, http_host, protocol
 from openclaw_dask.cluster.plugins import task_threads, worker_processes
+from openclaw_dask.cluster.scratch import max_spill
 from openclaw_dask.cluster.settings import dask_settings
 from openclaw_dask.errors import ConfigError
 
@@ -134,4 +136,11 @@ def worker_command(config: Config, address: str | None = None, *, scheduler_file
     dash = dashboard_address(config, web)
     argv += ["--dashboard-address", dash.rpartition(":")[0] + ":0" if dash else f"{web}:0"]
     argv += ["--dashboard"] if dash else ["--no-dashboard"]
-    return _command(argv, _settings(config))
+    # The workers outlive this command (it execs dask worker), so no folder of openclaw's own:
+    # dask's scratch space in the system temp folder (which dask removes on exit), or the one named.
+    folder = config.resolve_path("cluster.local_directory") if config.cluster.local_directory != "auto" else None
+    if folder is not None:
+        argv += ["--local-directory", str(folder)]
+    settings = _settings(config)
+    settings["distributed.worker.memory.max-spill"] = max_spill(config, folder or tempfile.gettempdir())
+    return _command(argv, settings)
