@@ -37,10 +37,9 @@ def build(stack: contextlib.ExitStack, config: Config, backend: Backend, metrics
     import dask
     import distributed  # noqa: F401  (its defaults must be in dask.config before keys under them are set)
 
+    from openclaw_dask.cluster.scratch import scratch
     from openclaw_dask.cluster.settings import dask_settings
     from openclaw_dask.monitoring import require_prometheus_client
-
-    from openclaw_dask.cluster.scratch import scratch
 
     stack.enter_context(_log_levels(config.parallel.log_level))
     stack.enter_context(_terminate_unwinds())

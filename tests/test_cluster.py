@@ -139,9 +139,10 @@ def test_a_plugin_without_an_extra_names_its_own_packages(monkeypatch):
 
 
 def test_thread_backend_runs_n_threads_in_this_process_without_a_cluster():
+    import threading
+
     import dask
     import dask.array as da
-    import threading
 
     with openclaw_dask.session(workers=2) as s:
         assert s.engine.kind == "threads" and s.slots == 2 and s.workers() == {}

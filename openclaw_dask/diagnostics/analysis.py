@@ -39,6 +39,7 @@ STRAGGLER_RARITY = 0.1  # ...and such tasks are rare: many slow tasks are a slow
 MIN_GROUP = 4  # groups smaller than this have no meaningful median
 OVERHEAD_FRACTION = 0.25  # estimated scheduling cost over (cost + compute)
 OVERHEAD_MIN_TASKS = 20
+OVERHEAD_MIN_COST_S = 0.05  # below this much scheduling in the whole run, the work is just small
 OVERHEAD_TARGET = 20  # a task should compute >= 20 x the per-task overhead
 MEMORY_FRACTION = 0.7  # distributed's default spill threshold
 MEMORY_CHUNK_SHARE = 0.1  # chunks in flight (2 per thread) below this share of the limit: chunk size is not the lever
@@ -335,7 +336,7 @@ def _overhead(record: RunRecord, by_group: dict[str, list[TaskRecord]], chunk_hi
     compute = sum(t.duration for t in tasks)
     cost = len(tasks) * per_task
     fraction = cost / (cost + compute)
-    if fraction <= OVERHEAD_FRACTION:
+    if fraction <= OVERHEAD_FRACTION or cost < OVERHEAD_MIN_COST_S:
         return []
     heavy = _heaviest(by_group)
     median_d = max(statistics.median(t.duration for t in heavy), 1e-6)
@@ -346,8 +347,8 @@ def _overhead(record: RunRecord, by_group: dict[str, list[TaskRecord]], chunk_hi
     overrides: dict[str, Any] = {}
     if chunk_hint is None and typical < 4096:  # tasks over small Python objects: chunk size is not the lever
         fix = f"batch tiny items into fewer, bigger tasks (about {math.ceil(factor)} items per task), e.g. map over lists of items"
-    elif bigger is None:  # one chunk per thread already: the work is small, and no setting makes it cheaper
-        return []
+    elif bigger is None:
+        fix = "the chunks are as big as the threads allow; batch tiny items into fewer, bigger tasks, or fuse steps"
     else:
         overrides = {"parallel.task_chunk_size": _size_text(bigger)}
         fix = f"raise parallel.task_chunk_size to {overrides['parallel.task_chunk_size']} (or to auto); batch tiny items into fewer, bigger tasks"
