@@ -105,8 +105,7 @@ class Session:
         self.close()
 
     def __repr__(self) -> str:
-        client = None if self.running is None else self.running.client
-        where = f"{self.engine.kind}, {self.slots} thread(s)" if client is None else repr(client)
+        where = f"{self.engine.kind}, {self.slots} thread(s)" if self._client is None else repr(self._client)
         return f"<openclaw_dask.Session backend={self.backend.name} {where}>"
 
     @classmethod
@@ -118,18 +117,15 @@ class Session:
 
     @property
     def client(self) -> Any:
-        """The :class:`distributed.Client` of a session whose :attr:`engine` is distributed.
-
-        Raises
-        ------
-        OpenclawError
-            The session runs on a local dask scheduler, which has no client; the message
-            names the setting that starts a cluster.
-        """
-        if self.running is not None and self.running.client is not None:
-            return self.running.client
+        """The :class:`distributed.Client`; on a local :attr:`engine` an :class:`OpenclawError` that says how to get one."""
+        if self._client is not None:
+            return self._client
         raise OpenclawError(f"this session has no distributed client: it runs on the {self.engine}; "
                             "set parallel.engine=distributed (backend thread) or parallel.backend=process for one")
+
+    @property
+    def _client(self) -> Any:
+        return None if self.running is None else self.running.client
 
     @property
     def cluster(self) -> Any:
@@ -138,13 +134,12 @@ class Session:
 
     def workers(self) -> dict[str, dict[str, Any]]:
         """Scheduler information about each worker (empty on a local dask scheduler)."""
-        client = None if self.running is None else self.running.client
-        return {} if client is None else client.scheduler_info(n_workers=-1)["workers"]
+        return {} if self._client is None else self._client.scheduler_info(n_workers=-1)["workers"]
 
     @property
     def slots(self) -> int:
         """Task threads over all workers (those of the local scheduler: 1 when serial)."""
-        if self.running is not None and self.running.client is None:
+        if self.running is not None and self._client is None:
             return self.running.threads
         return sum(w["nthreads"] for w in self.workers().values()) or 1
 
@@ -154,7 +149,7 @@ class Session:
         One collection gives its result; several give a tuple, as :func:`dask.compute`.
         Failed tasks are retried ``fault_tolerance.retries`` times (distributed engine).
         """
-        if self.running.client is None:
+        if self._client is None:
             import dask
 
             results = dask.compute(*collections, **{**self.running.local, **kwargs})
@@ -167,8 +162,8 @@ class Session:
 
     def persist(self, collection: Any) -> Any:
         """Compute ``collection`` into worker memory (into the graph on a local scheduler) and return it."""
-        if self.running.client is not None:
-            return self.client.persist(collection, retries=self.config.fault_tolerance.retries)
+        if self._client is not None:
+            return self._client.persist(collection, retries=self.config.fault_tolerance.retries)
         return collection.persist(**self.running.local)
 
     def recovery(self) -> Recovery:
