@@ -29,11 +29,15 @@ def chunk_plan(session: Any, shape: tuple[int, ...], dtype: Any = "float64") -> 
     """The chunks :func:`chunks` would choose for ``session``, with the reason (see :mod:`openclaw_dask.chunking`)."""
     workers = list(session.workers().values())
     p = session.config.parallel
+    memory = min((w.get("memory_limit") or 0 for w in workers), default=0) or None
+    threads = max((w["nthreads"] for w in workers), default=1)
+    if not session.engine.distributed:  # a local engine: this machine's memory, shared by its task threads
+        import psutil
+
+        memory, threads = psutil.virtual_memory().total, session.slots
     return plan_chunks(
         tuple(shape), dtype, task_chunk_size=p.task_chunk_size, strategy=p.strategy, slots=session.slots,
-        task_overhead_s=session.engine.task_overhead_s,
-        worker_memory=min((w.get("memory_limit") or 0 for w in workers), default=0) or None,
-        threads_per_worker=max((w["nthreads"] for w in workers), default=1),
+        task_overhead_s=session.engine.task_overhead_s, worker_memory=memory, threads_per_worker=threads,
     )
 
 

@@ -102,9 +102,11 @@ def _auto_target(total: int, itemsize: int, slots: int, overhead_s: float, worke
     # The count of chunks, a multiple of the slots, rounded towards the bound that decided:
     # down at the overhead floor (no chunk smaller than it), up below a cap (none bigger).
     n = total / max(1, target)
-    n = max(1, math.floor(n + 1e-9)) if at_floor else math.ceil(n - 1e-9)
+    n = max(1, math.floor(n + 1e-9) if at_floor else math.ceil(n - 1e-9))
     if n % slots:
-        n = max(slots, (n // slots if at_floor else math.ceil(n / slots)) * slots)
+        down = max(slots, n // slots * slots)
+        at_floor = at_floor and total / down <= cap  # fewer chunks only while none outgrows the cap
+        n = down if at_floor else math.ceil(n / slots) * slots
         steps.append(f"{'raised' if at_floor else 'lowered'} to {format_bytes(math.ceil(total / itemsize / n) * itemsize)} "
                      f"({n} chunks, a multiple of {slots} slots)")
     return math.ceil(total / itemsize / n) * itemsize, ", ".join(steps)  # whole elements, so exactly n chunks

@@ -112,3 +112,12 @@ def test_auto_chunk_count_is_a_multiple_of_slots(total, slots):
 def test_one_chunk_per_slot_even_when_the_share_is_not_whole_elements(slots):
     plan = plan_chunks((33554432,), "f8", task_chunk_size=ChunkSize("auto"), slots=slots, task_overhead_s=DEFAULT_TASK_OVERHEAD_S)
     assert len(plan.chunks[0]) == slots and sum(plan.chunks[0]) == 33554432
+
+
+def test_auto_handles_empty_arrays_and_keeps_the_cap_when_rounding_down():
+    assert plan_chunks((0,), "f8", task_chunk_size=ChunkSize("auto"), slots=2).n_chunks == 1
+    # floor 256 MiB, cap 300 MiB (1200 MiB / 4): 7 chunks at the floor; rounding down to 4 would make
+    # 448 MiB chunks, over the cap, so it rounds up to 8 instead
+    plan = plan_chunks((1792 * MiB // 8,), "f8", task_chunk_size=ChunkSize("auto"), slots=4, task_overhead_s=0.01,
+                       worker_memory=1200 * MiB, threads_per_worker=1)
+    assert plan.n_chunks == 8 and plan.chunk_bytes <= 300 * MiB

@@ -191,3 +191,12 @@ def test_blas_pools_are_one_thread_on_thread_and_serial_backends():
         assert s.client.submit(widest, pure=False).result() == 1
     with openclaw_dask.session(enabled=False):
         assert widest() == 1
+
+
+def test_a_task_that_computes_a_graph_does_not_deadlock_the_threaded_engine():
+    def inner(block):  # each block computes a graph of its own, from a task thread
+        return np.array([da.ones(10, chunks=2).sum().compute()])
+
+    with openclaw_dask.session(workers=2) as s:
+        x = da.ones(4, chunks=1).map_blocks(inner, dtype=float)
+        assert list(s.compute(x)) == [10.0] * 4

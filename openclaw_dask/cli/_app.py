@@ -35,10 +35,15 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
     """
     while frame is not None:
         if frame.f_code.co_name == "__del__":
-            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+            threading.Timer(0.05, _again).start()
             return
         frame = frame.f_back
     raise KeyboardInterrupt
+
+
+def _again() -> None:
+    if signal.getsignal(signal.SIGINT) is _on_sigint:  # still inside the command: outside, friendly could not catch it
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 @contextlib.contextmanager

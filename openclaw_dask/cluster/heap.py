@@ -8,8 +8,10 @@ the ``stencil`` kernel ran slower on two threads than on one, and varied 3x from
 (docs/benchmarks.md). While a session runs tasks in this process on a dask local scheduler,
 big blocks come from the main heap and stay there when freed, for the next task to reuse.
 Closing the session restores the limits and hands free memory back to the system
-(``malloc_trim``). One effect outlives it: glibc fixes its arena limit the first time it
-needs a second arena, so threads started in this process later share the main arena.
+(``malloc_trim``); a session inside another leaves them to the outer one, and ``MALLOC_*``
+variables (your own tuning) turn this off. Two effects outlive it: glibc fixes its arena
+limit the first time it needs a second arena, so threads started in this process later may
+share the main arena; and the mmap threshold stays at 32 MiB instead of sliding up to it.
 
 Not on the distributed engine: a distributed worker watches its process's memory to decide
 when to spill, and memory kept for reuse would look like a leak to it.
@@ -21,6 +23,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import logging
+import os
 import sys
 from collections.abc import Iterator
 
@@ -29,9 +32,11 @@ __all__ = ["heap_reuse"]
 logger = logging.getLogger("openclaw_dask.cluster")
 
 # mallopt parameters (malloc.h) and glibc's defaults for them
-M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -3, -4, -8
 _REUSE = ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 1 << 30), (M_ARENA_MAX, 1))
-_DEFAULTS = ((M_MMAP_MAX, 65536), (M_TRIM_THRESHOLD, 128 * 1024), (M_ARENA_MAX, 0))
+# Setting any of them ends glibc's sliding mmap threshold for good: put it where it slides to (32 MiB).
+_DEFAULTS = ((M_MMAP_MAX, 65536), (M_TRIM_THRESHOLD, 128 * 1024), (M_MMAP_THRESHOLD, 32 * 2**20), (M_ARENA_MAX, 0))
+_depth = [0]  # sessions inside one another: the outermost sets and restores
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -49,15 +54,21 @@ def _glibc() -> ctypes.CDLL | None:
 def heap_reuse() -> Iterator[None]:
     """Keep freed blocks in the heap while the block runs; give them back on exit (glibc only)."""
     libc = _glibc()
-    if libc is None:
-        yield
+    if libc is None or any(k.startswith("MALLOC_") for k in os.environ) or _depth[0]:
+        _depth[0] += 1  # glibc missing, tuned by the user through MALLOC_*, or set by an outer session
+        try:
+            yield
+        finally:
+            _depth[0] -= 1
         return
     for param, value in _REUSE:
         libc.mallopt(param, value)
     logger.debug("malloc keeps freed memory for reuse while the session runs")
+    _depth[0] += 1
     try:
         yield
     finally:
+        _depth[0] -= 1
         for param, value in _DEFAULTS:
             libc.mallopt(param, value)
         libc.malloc_trim(0)

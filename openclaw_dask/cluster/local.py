@@ -23,7 +23,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from dask.system import CPU_COUNT
-from dask.threaded import ContextAwareThreadPoolExecutor
+
+try:  # dask >= 2026.1: contextvars follow each task into its thread
+    from dask.threaded import ContextAwareThreadPoolExecutor as _Executor
+except ImportError:  # pragma: no cover - older dask
+    from concurrent.futures import ThreadPoolExecutor as _Executor
 
 from openclaw_dask.cluster.base import THREADS_TASK_OVERHEAD_S, Backend, Capabilities, Engine, RunningCluster
 from openclaw_dask.cluster.network import bind_host, dashboard_address, http_address, http_host, protocol
@@ -101,7 +105,7 @@ class LocalBackend(Backend):
         return RunningCluster(self, client, cluster)
 
 
-class TaskPool(ContextAwareThreadPoolExecutor):
+class TaskPool(_Executor):
     """The thread backend's task threads, for dask's threaded scheduler; it can report each task's run.
 
     dask's local callbacks run in the scheduling thread, so their times include the wait
@@ -122,6 +126,15 @@ class TaskPool(ContextAwareThreadPoolExecutor):
         return self
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        if threading.current_thread() in self._threads:
+            # A task that computes a graph itself: run that here, as dask's own per-thread pools
+            # would; queued behind it, a pool whose threads all wait on inner computes deadlocks.
+            future: Future[Any] = Future()
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as e:  # noqa: BLE001  (handed to the caller, as the pool would)
+                future.set_exception(e)
+            return future
         return super().submit(self._timed, fn, args, kwargs)
 
     def _timed(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -9,8 +9,9 @@ and left the files behind when it was killed. So, for every session (and ``openc
   unwinds). Folders left by a process that was killed outright (SIGKILL, a crash) are
   removed by the next session that starts.
 - ``cluster.max_spill: auto`` lets all workers together spill :data:`SPILL_SHARE` of the
-  free space of that folder's disk, measured at start, shared equally among
-  ``parallel.workers``: ``distributed.worker.memory.max-spill`` per worker. Past it a
+  free space of that folder's disk, measured at start, shared equally among the worker
+  processes (``parallel.workers``; ``auto``: cores / ``omp_threads``), as
+  ``distributed.worker.memory.max-spill`` per worker. Past it a
   worker keeps data in memory and pauses at its memory limit instead of filling the disk.
 """
 
@@ -40,15 +41,14 @@ _OURS = re.compile(rf"{PREFIX}(\d+)-")
 
 def max_spill(config: Config, folder: str | os.PathLike[str]) -> int | bool:
     """Bytes one worker may spill (``distributed.worker.memory.max-spill``), or ``False`` for no bound."""
-    from dask.system import CPU_COUNT
+    from openclaw_dask.cluster.plugins import worker_processes
 
     bound = config.cluster.max_spill
     if bound is False:
         return False
     if bound == "auto":
         bound = int(shutil.disk_usage(_existing(Path(folder))).free * SPILL_SHARE)
-    workers = CPU_COUNT if config.parallel.workers == "auto" else config.parallel.workers
-    return max(1, int(bound) // workers)
+    return max(1, int(bound) // worker_processes(config))
 
 
 @contextlib.contextmanager

@@ -70,5 +70,6 @@ def add_preload(settings: dict[str, Any], modules: tuple[str, ...], roles: tuple
 
     for role in roles:
         key = f"distributed.{role}.preload"
-        preloads = list(settings.get(key, dask.config.get(key, [])))
+        preloads = settings.get(key, dask.config.get(key, []))
+        preloads = [preloads] if isinstance(preloads, str) else list(preloads)
         settings[key] = [*preloads, *(m for m in modules if m not in preloads)]

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from openclaw_dask.config.loader import DEFAULT_FILENAME, default_config_text, load_config, parse_assignment, write_default_config
+from openclaw_dask.config.loader import (
+    DEFAULT_FILENAME,
+    default_config_text,
+    load_config,
+    parse_assignment,
+    write_default_config,
+)
 from openclaw_dask.config.model import ClusterConfig, Config, ParallelConfig, WorkloadConfig
 from openclaw_dask.config.schema import KEYS, ChunkSize
 

@@ -11,16 +11,17 @@ __all__ = ["FIT_SHARE", "require_memory", "session_memory"]
 FIT_SHARE = 0.8  # of a session's memory an input may take: distributed pauses a worker at 80% of its limit
 
 
-def session_memory(session: Any) -> int:
+def session_memory(session: Any) -> int | None:
     """Bytes ``session`` can hold: its workers' memory limits together, and no more than this
-    machine has available where the tasks run in this process (a local engine has no limits)."""
+    machine has available where the tasks run in this process (a local engine has no limits);
+    ``None`` when a worker elsewhere has no limit."""
     import psutil
 
     limits = [w.get("memory_limit") or 0 for w in session.workers().values()]
     total = sum(limits) if limits and all(limits) else None
-    if total is None or session.backend.capabilities.in_process:
+    if session.backend.capabilities.in_process:
         available = psutil.virtual_memory().available
-        total = available if total is None else min(total, available)
+        return available if total is None else min(total, available)
     return total
 
 
@@ -35,7 +36,7 @@ def require_memory(session: Any, nbytes: int) -> None:
     from dask.utils import format_bytes
 
     memory = session_memory(session)
-    if nbytes > FIT_SHARE * memory:
+    if memory is not None and nbytes > FIT_SHARE * memory:
         workers = len(session.workers()) or 1
         raise ConfigError(
             f"workload.size = {format_bytes(nbytes)} does not fit in memory: this session's {workers} worker(s) hold "
