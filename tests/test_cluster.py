@@ -29,7 +29,8 @@ def test_thread_plan_is_dasks_threaded_scheduler_unless_a_setting_needs_a_cluste
     assert plan(cfg(workers=3)) == {"scheduler": "threads", "num_workers": 3}
     for overrides, key in [({"engine": "distributed"}, None), ({"dashboard": True}, "cluster.dashboard"),
                            ({"retries": 1}, "fault_tolerance.retries"), ({"memory_limit": "1GiB"}, "cluster.memory_limit"),
-                           ({"communication": "tcp"}, "parallel.communication"), ({"max_spill": "1GiB"}, "cluster.max_spill")]:
+                           ({"communication": "tcp"}, "parallel.communication"), ({"max_spill": "1GiB"}, "cluster.max_spill"),
+                           ({"dask.distributed.scheduler.worker-saturation": 2.0}, "dask: distributed.*")]:
         engine = get_backend("thread").engine(cfg(**overrides))
         assert engine.distributed and (key is None or engine.reason.startswith(key)), (overrides, engine)
         assert "n_workers" in plan(cfg(**overrides))

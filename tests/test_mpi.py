@@ -46,6 +46,9 @@ def test_session_has_one_rank_per_worker_plus_the_scheduler_all_on_loopback():
         listening = [c.laddr for p in [psutil.Process(s.cluster.proc.pid), *_ranks(s)]
                      for c in p.net_connections("inet") if c.status == psutil.CONN_LISTEN]
         assert listening and all(a.ip == "127.0.0.1" for a in listening), listening
+        # the ranks spill into the job's folder, bounded like local workers (cluster/scratch.py)
+        spill = s.client.run(lambda dask_worker: (dask_worker.memory_manager.max_spill, dask_worker.local_directory))
+        assert all(bound and str(s.cluster.workdir) in folder for bound, folder in spill.values()), spill
         job = s.cluster
     assert job.proc.returncode is not None  # the ranks left when the session closed
 

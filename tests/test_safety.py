@@ -114,6 +114,15 @@ def test_openclaw_worker_gets_the_same_bound_and_folder(tmp_path):
     assert auto.settings["distributed.worker.memory.max-spill"] == pytest.approx(free, rel=0.01)
 
 
+def test_a_remote_clusters_workers_take_spill_settings_where_they_start():
+    from openclaw_dask.cluster import load_config
+    from openclaw_dask.errors import ConfigError
+
+    for key, value in (("max_spill", "1GiB"), ("local_directory", "/tmp/x")):
+        with pytest.raises(ConfigError, match=f"cluster.{key} = .*set by whoever started the remote scheduler and workers"):
+            load_config(None, {"backend": "remote", "scheduler_address": "tcp://127.0.0.1:8786", key: value}, env={})
+
+
 def test_spilling_stops_at_max_spill(tmp_path):
     # One worker of 512 MiB holds 320 MiB of data: past the 60% target it would spill ~13 MiB and
     # more under memory pressure; max_spill stops it at 4 MiB (pausing is off so the run ends).

@@ -172,6 +172,7 @@ def cluster_needs(config: Config) -> list[tuple[str, str]]:
         (c.memory_limit != "auto", "cluster.memory_limit", "a worker spills and pauses at it"),
         (c.max_spill != "auto", "cluster.max_spill", "it bounds a worker's spilling"),
         (c.local_directory != "auto", "cluster.local_directory", "it holds a worker's spill files"),
+        (any(k.startswith("distributed.") for k in config.dask), "dask: distributed.*", "those keys configure a cluster"),
     ]
     return [(key, why) for wanted, key, why in needs if wanted]
 
@@ -198,8 +199,11 @@ class ThreadBackend(LocalBackend):
         needs = cluster_needs(config)
         if config.parallel.engine == "threads" and needs:
             key, why = needs[0]
-            raise ConfigError.at(config, key, f"needs a distributed cluster ({why}), but parallel.engine is threads",
-                                 hint=f"set parallel.engine=auto or distributed, or remove {key}")
+            message, hint = f"needs a distributed cluster ({why}), but parallel.engine is threads", \
+                f"set parallel.engine=auto or distributed, or remove {key}"
+            if key.startswith("dask:"):  # keys of the dask: section, not one of openclaw's
+                raise ConfigError(f"{key} {message}", key="dask", hint=hint)
+            raise ConfigError.at(config, key, message, hint=hint)
 
     def plan(self, config: Config) -> dict[str, Any]:
         """dask's threaded scheduler and its threads, or the :class:`~distributed.LocalCluster` keyword arguments."""

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from openclaw_dask.cluster.base import Backend, Capabilities, RunningCluster
 from openclaw_dask.cluster.network import bind_host, http_address, interface_of, protocol
 from openclaw_dask.cluster.plugins import BlasThreads, blas_env, blas_threads, task_threads, worker_processes
+from openclaw_dask.cluster.scratch import max_spill
 from openclaw_dask.cluster.settings import dask_settings
 from openclaw_dask.errors import ClusterStartError, ConfigError
 
@@ -159,9 +160,11 @@ def _launch(backend: MpiBackend, config: Config) -> RunningCluster:
     launcher, flavour = _launcher()
     workdir = Path(tempfile.mkdtemp(prefix="openclaw-mpi-"))
     scheduler_file = workdir / "scheduler.json"
+    # the ranks spill into the job's own folder (removed with it) unless the config names one
+    spill = config.resolve_path("cluster.local_directory") if config.cluster.local_directory != "auto" else workdir
     spec = {
         "log_level": p.log_level,
-        "dask": dask_settings(config),
+        "dask": {**dask_settings(config), "distributed.worker.memory.max-spill": max_spill(config, spill)},
         "execute": {
             "scheduler_file": str(scheduler_file),
             "scheduler_port": 0,
@@ -171,7 +174,7 @@ def _launch(backend: MpiBackend, config: Config) -> RunningCluster:
             "memory_limit": config.cluster.memory_limit,
             "dashboard": config.cluster.dashboard is not False,
             "dashboard_address": http_address(config, host),
-            "local_directory": str(workdir),
+            "local_directory": str(spill),
         },
     }
     (workdir / "spec.json").write_text(json.dumps(spec))

@@ -20,7 +20,8 @@ logger = logging.getLogger("openclaw_dask.cluster")
 
 # Keys whose value is set where the user started the scheduler and workers, at their defaults.
 _THEIRS = (("cluster.memory_limit", "auto"), ("cluster.host", "127.0.0.1"), ("cluster.dashboard", False),
-           ("parallel.network_interface", None), ("fault_tolerance.allowed_failures", 3), ("cluster.preload", ()))
+           ("parallel.network_interface", None), ("fault_tolerance.allowed_failures", 3), ("cluster.preload", ()),
+           ("cluster.max_spill", "auto"), ("cluster.local_directory", "auto"))  # openclaw worker passes these two on
 
 
 class RemoteBackend(Backend):
