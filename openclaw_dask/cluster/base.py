@@ -30,13 +30,9 @@ if TYPE_CHECKING:
 
     from openclaw_dask.config import Config
 
-__all__ = ["THREADS_TASK_OVERHEAD_S", "Backend", "Capabilities", "Engine", "RunningCluster"]
+__all__ = ["Backend", "Capabilities", "Engine", "RunningCluster"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
-
-# What one more chunk of a reduction costs a compute on dask's threaded scheduler, seconds:
-# building, optimising and scheduling its tasks (benchmarks/task_overhead.py; docs/benchmarks.md).
-THREADS_TASK_OVERHEAD_S = 0.0008
 
 
 @dataclass(frozen=True)

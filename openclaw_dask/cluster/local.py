@@ -29,7 +29,7 @@ try:  # dask >= 2026.1: contextvars follow each task into its thread
 except ImportError:  # pragma: no cover - older dask
     from concurrent.futures import ThreadPoolExecutor as _Executor
 
-from openclaw_dask.cluster.base import THREADS_TASK_OVERHEAD_S, Backend, Capabilities, Engine, RunningCluster
+from openclaw_dask.cluster.base import Backend, Capabilities, Engine, RunningCluster
 from openclaw_dask.cluster.network import bind_host, dashboard_address, http_address, http_host, protocol
 from openclaw_dask.cluster.plugins import BlasThreads, blas_threads, task_threads, worker_processes
 from openclaw_dask.cluster.security import security_for
@@ -43,6 +43,10 @@ __all__ = ["LocalBackend", "ProcessBackend", "TaskPool", "ThreadBackend", "clust
 logger = logging.getLogger("openclaw_dask.cluster")
 
 _NEVER = 10**9  # seconds: about 32 years
+
+# What one more chunk of a reduction costs a compute on dask's threaded scheduler, seconds:
+# building, optimising and scheduling its tasks (benchmarks/task_overhead.py; docs/benchmarks.md).
+THREADS_TASK_OVERHEAD_S = 0.0008
 
 
 def _threads(config: Config) -> int:
