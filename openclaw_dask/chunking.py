@@ -46,8 +46,14 @@ MAX_AUTO_CHUNK = 512 * 2**20
 
 
 def min_auto_chunk(task_overhead_s: float) -> int:
-    """The smallest auto chunk for a per-task overhead: whole MiB, between 4 MiB and 256 MiB."""
-    return min(256, max(4, int(task_overhead_s * _STREAM_BYTES_PER_S * _OVERHEAD_FACTOR) // 2**20)) * 2**20
+    """The smallest auto chunk for a per-task overhead: whole MiB, between 4 MiB and :data:`MAX_AUTO_CHUNK`.
+
+    Distributed's per-chunk cost (2-2.7 ms here) asks for more than the cap: 512 MiB chunks
+    took a 2 GiB sum on two worker processes from 0.65 to 0.74 of the memory bandwidth
+    against 256 MiB ones (docs/benchmarks.md).
+    """
+    floor = int(task_overhead_s * _STREAM_BYTES_PER_S * _OVERHEAD_FACTOR) // 2**20 * 2**20
+    return min(MAX_AUTO_CHUNK, max(4 * 2**20, floor))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from openclaw_dask.chunking import DEFAULT_TASK_OVERHEAD_S, MAX_AUTO_CHUNK, min_auto_chunk, plan_chunks
-from openclaw_dask.cluster.local import ProcessBackend, ThreadBackend
+from openclaw_dask.cluster.local import THREADS_TASK_OVERHEAD_S, ProcessBackend, ThreadBackend
 from openclaw_dask.cluster.serial import SerialBackend
 from openclaw_dask.config import ChunkSize
 
@@ -62,8 +62,8 @@ def test_auto_follows_guide_rule_for_large_arrays():
     total = 64 * 2**30  # 64 GiB over 4 slots: guide says 1.6 GiB, capped at MAX_AUTO_CHUNK
     plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=4, task_overhead_s=ThreadBackend.task_overhead_s)
     assert plan.target_bytes == MAX_AUTO_CHUNK
-    total = 16 * 2**30  # 16 GiB / (4 x 10) = 410 MiB, between floor and cap: the guide's value
-    plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=4, task_overhead_s=ThreadBackend.task_overhead_s)
+    total = 16 * 2**30  # 16 GiB / (4 x 10) = 410 MiB, between the threaded engine's floor and the cap: the guide's value
+    plan = plan_chunks((total // 8,), "f8", task_chunk_size=AUTO, slots=4, task_overhead_s=THREADS_TASK_OVERHEAD_S)
     assert plan.n_chunks == 40 and abs(plan.target_bytes - total / 40) < 8  # whole elements
     assert "auto: 16.00 GiB / (4 slots x 10)" in plan.reason
     # a guide value that is not a whole number of elements still gives exactly slots x 10 chunks
