@@ -22,7 +22,7 @@ from openclaw_dask.cluster.base import Backend
 from openclaw_dask.cluster.local import ProcessBackend
 from openclaw_dask.cluster.network import bind_host, dashboard_address, http_address, http_host, protocol
 from openclaw_dask.cluster.plugins import task_threads, worker_processes
-from openclaw_dask.cluster.scratch import max_spill
+from openclaw_dask.cluster.scratch import max_spill, named_folder
 from openclaw_dask.cluster.settings import dask_settings
 from openclaw_dask.errors import ConfigError
 
@@ -138,7 +138,7 @@ def worker_command(config: Config, address: str | None = None, *, scheduler_file
     argv += ["--dashboard"] if dash else ["--no-dashboard"]
     # The workers outlive this command (it execs dask worker), so no folder of openclaw's own:
     # dask's scratch space in the system temp folder (which dask removes on exit), or the one named.
-    folder = config.resolve_path("cluster.local_directory") if config.cluster.local_directory != "auto" else None
+    folder = named_folder(config)
     if folder is not None:
         argv += ["--local-directory", str(folder)]
     settings = _settings(config)

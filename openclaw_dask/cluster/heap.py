@@ -54,21 +54,18 @@ def _glibc() -> ctypes.CDLL | None:
 def heap_reuse() -> Iterator[None]:
     """Keep freed blocks in the heap while the block runs; give them back on exit (glibc only)."""
     libc = _glibc()
-    if libc is None or any(k.startswith("MALLOC_") for k in os.environ) or _depth[0]:
-        _depth[0] += 1  # glibc missing, tuned by the user through MALLOC_*, or set by an outer session
-        try:
-            yield
-        finally:
-            _depth[0] -= 1
-        return
-    for param, value in _REUSE:
-        libc.mallopt(param, value)
-    logger.debug("malloc keeps freed memory for reuse while the session runs")
+    # not without glibc, over the user's own MALLOC_* tuning, or inside a session that did it already
+    ours = libc is not None and not any(k.startswith("MALLOC_") for k in os.environ) and not _depth[0]
+    if ours:
+        for param, value in _REUSE:
+            libc.mallopt(param, value)
+        logger.debug("malloc keeps freed memory for reuse while the session runs")
     _depth[0] += 1
     try:
         yield
     finally:
         _depth[0] -= 1
-        for param, value in _DEFAULTS:
-            libc.mallopt(param, value)
-        libc.malloc_trim(0)
+        if ours:
+            for param, value in _DEFAULTS:
+                libc.mallopt(param, value)
+            libc.malloc_trim(0)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from openclaw_dask.cluster.base import Backend, Capabilities, RunningCluster
 from openclaw_dask.cluster.network import bind_host, http_address, interface_of, protocol
 from openclaw_dask.cluster.plugins import BlasThreads, blas_env, blas_threads, task_threads, worker_processes
-from openclaw_dask.cluster.scratch import max_spill
+from openclaw_dask.cluster.scratch import max_spill, named_folder
 from openclaw_dask.cluster.settings import dask_settings
 from openclaw_dask.errors import ClusterStartError, ConfigError
 
@@ -161,7 +161,7 @@ def _launch(backend: MpiBackend, config: Config) -> RunningCluster:
     workdir = Path(tempfile.mkdtemp(prefix="openclaw-mpi-"))
     scheduler_file = workdir / "scheduler.json"
     # the ranks spill into the job's own folder (removed with it) unless the config names one
-    spill = config.resolve_path("cluster.local_directory") if config.cluster.local_directory != "auto" else workdir
+    spill = named_folder(config) or workdir
     spec = {
         "log_level": p.log_level,
         "dask": {**dask_settings(config), "distributed.worker.memory.max-spill": max_spill(config, spill)},

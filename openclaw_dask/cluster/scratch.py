@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
 
-__all__ = ["PREFIX", "SPILL_SHARE", "max_spill", "scratch"]
+__all__ = ["PREFIX", "SPILL_SHARE", "max_spill", "named_folder", "scratch"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -51,11 +51,16 @@ def max_spill(config: Config, folder: str | os.PathLike[str]) -> int | bool:
     return max(1, int(bound) // worker_processes(config))
 
 
+def named_folder(config: Config) -> Path | None:
+    """The spill folder ``cluster.local_directory`` names (absolute), or ``None`` for ``auto``."""
+    return None if config.cluster.local_directory == "auto" else config.resolve_path("cluster.local_directory")
+
+
 @contextlib.contextmanager
 def scratch(config: Config) -> Iterator[dict[str, Any]]:
     """Yield the dask settings of the spill folder and bound; a folder made here is removed on exit."""
-    made = config.cluster.local_directory == "auto"
-    folder = None if made else config.resolve_path("cluster.local_directory")
+    folder = named_folder(config)
+    made = folder is None
     if made:
         _remove_stale(Path(tempfile.gettempdir()))
         folder = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")

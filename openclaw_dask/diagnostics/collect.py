@@ -200,7 +200,7 @@ def _local(record: RunRecord, threads: int, pool: Any = None) -> Iterator[None]:
     def on_run(thread: int, start: float, stop: float) -> None:
         runs[thread].append((start, stop))
 
-    def start(dsk: Any) -> None:  # a failed or interrupted compute leaves nothing to mismatch the next one
+    def new_compute(dsk: Any) -> None:  # a failed or interrupted compute leaves nothing to mismatch the next one
         runs.clear()
 
     def pretask(key: Any, dsk: Any, state: Any) -> None:
@@ -222,7 +222,7 @@ def _local(record: RunRecord, threads: int, pool: Any = None) -> Iterator[None]:
     if watching:
         pool.on_run = on_run
     try:
-        with Callback(start=start, pretask=pretask, posttask=posttask):
+        with Callback(start=new_compute, pretask=pretask, posttask=posttask):
             yield
     finally:
         if watching:
