@@ -4,20 +4,28 @@
 >>> with openclaw_dask.session("openclaw_config.yaml") as s:   # doctest: +SKIP
 ...     x = s.array((200_000_000,), fill="random")
 ...     s.compute(x.mean())
+
+Beyond one graph (:mod:`openclaw_dask.dataflow`): :func:`pipeline` streams micro-batches
+through stages, :func:`iterate` synchronises every ``sync_interval`` steps, :func:`map`
+batches many small calls; :mod:`openclaw_dask.io` reads files as chunked arrays.
 """
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from openclaw_dask import io
 from openclaw_dask.chunking import ChunkPlan, plan_chunks
 from openclaw_dask.cluster import load_config
 from openclaw_dask.config import Config
+from openclaw_dask.dataflow import Stage, iterate, map, pipeline
 from openclaw_dask.elastic import ResizeResult
 from openclaw_dask.errors import (
     BackendUnavailable,
+    BatchFailed,
     ClusterStartError,
     ConfigError,
+    ItemFailed,
     OpenclawError,
     ResizeError,
     ResultMismatch,
@@ -32,18 +40,25 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 __all__ = [
     "BackendUnavailable",
+    "BatchFailed",
     "ChunkPlan",
     "ClusterStartError",
     "Config",
     "ConfigError",
+    "ItemFailed",
     "OpenclawError",
     "ResizeError",
     "ResizeResult",
     "ResultMismatch",
     "RunError",
     "Session",
+    "Stage",
     "__version__",
+    "io",
+    "iterate",
     "load_config",
+    "map",
+    "pipeline",
     "plan_chunks",
     "resize_workers",
     "session",

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FILLS", "array", "chunk_plan", "chunks", "from_array"]
 
-FILLS = ("arange", "random", "zeros", "ones")
+FILLS = ("arange", "random", "noise", "zeros", "ones")
 
 
 def chunk_plan(session: Any, shape: tuple[int, ...], dtype: Any = "float64") -> ChunkPlan:
@@ -60,6 +60,9 @@ def _fill_block(kind: str, seed: int, dtype: str, block_info: dict | None = None
                 return coords
             block += coords.reshape((-1,) + (1,) * (len(shape) - axis - 1))
         return block
+    if kind == "noise":  # pseudo-random in (-1, 1) from each element's flat index: the same for any chunks
+        index = _fill_block("arange", seed, "float64", block_info)
+        return np.modf(np.sin(index * 12.9898 + seed * 78.233) * 43758.5453)[0].astype(dtype)
     if kind == "random":
         rng = np.random.default_rng([seed, *info["chunk-location"]])
         return rng.random(shape, dtype=dtype) if np.dtype(dtype).kind == "f" else rng.integers(0, 1000, shape).astype(dtype)
@@ -84,8 +87,9 @@ def array(
     shape, dtype
         Of the whole array; chunks follow ``task_chunk_size`` and ``strategy``.
     fill
-        ``random`` (uniform [0, 1), seeded per block), ``arange`` (each element is
-        its flat index), ``zeros``, ``ones``, or a function ``f(block_info=...)``
+        ``random`` (uniform [0, 1), seeded per block), ``noise`` (pseudo-random in
+        (-1, 1) from each element's flat index and ``seed``: equal for any chunks),
+        ``arange`` (each element is its flat index), ``zeros``, ``ones``, or a function ``f(block_info=...)``
         as for :func:`dask.array.map_blocks` that returns one block.
     seed
         Seed of ``random``; the same seed gives the same array for any chunking

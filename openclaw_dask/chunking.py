@@ -144,7 +144,8 @@ def plan_chunks(
     task_chunk_size
         Bytes, elements, or auto (see the module docstring for the rule).
     strategy
-        ``data`` splits axis 0 first; ``model`` splits the last axis first.
+        ``data`` (and ``pipeline``, whose micro-batches are samples) splits axis 0 first;
+        ``model`` splits the last axis first.
     slots
         Threads that run tasks at once, over all workers.
     task_overhead_s
@@ -165,7 +166,7 @@ def plan_chunks(
 
     block = list(shape)
     budget = max(1, target // dtype.itemsize)  # elements per chunk
-    order = range(len(shape)) if strategy == "data" else reversed(range(len(shape)))
+    order = reversed(range(len(shape))) if strategy == "model" else range(len(shape))  # pipeline streams samples
     for axis in order:
         others = math.prod(block[a] for a in range(len(shape)) if a != axis)
         if others * shape[axis] <= budget:

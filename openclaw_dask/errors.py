@@ -12,7 +12,9 @@ exits 2 for configuration errors and 1 for a failed run.
     ├── ResizeError                                a resize was refused (cooldown, backend)
     └── RunError                                   the run itself failed
         ├── ClusterStartError                      no cluster could be started or reached
-        └── ResultMismatch                         a workload computed a wrong answer
+        ├── ResultMismatch                         a workload computed a wrong answer
+        ├── BatchFailed                            a pipeline batch failed (index, stage, cause)
+        └── ItemFailed                             an item of a batched map failed (index, cause)
 
 :class:`ConfigError` and :class:`BackendUnavailable` keep their parts as attributes
 (``key``, ``value``, ``source``, ``allowed``, ``hint``; ``extra``), so a program can
@@ -25,8 +27,10 @@ from typing import Any
 
 __all__ = [
     "BackendUnavailable",
+    "BatchFailed",
     "ClusterStartError",
     "ConfigError",
+    "ItemFailed",
     "OpenclawError",
     "ResizeError",
     "ResultMismatch",
@@ -135,3 +139,27 @@ class ClusterStartError(RunError):
 
 class ResultMismatch(RunError):
     """A workload's result differs from the reference answer."""
+
+
+def _cause_text(cause: BaseException) -> str:
+    return f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+
+
+class BatchFailed(RunError):
+    """A micro-batch of :func:`openclaw_dask.dataflow.pipeline` failed; the stream stopped.
+
+    Attributes: ``index`` (of the batch, from 0), ``stage`` (its name) and ``cause``
+    (the exception the stage raised, also ``__cause__``).
+    """
+
+    def __init__(self, index: int, stage: str, cause: BaseException) -> None:
+        self.index, self.stage, self.cause = index, stage, cause
+        super().__init__(f"batch {index} failed in stage {stage!r}: {_cause_text(cause)}")
+
+
+class ItemFailed(RunError):
+    """An item of :func:`openclaw_dask.dataflow.map` raised; ``index`` is its place in the input, ``cause`` the error."""
+
+    def __init__(self, index: int, cause: BaseException) -> None:
+        self.index, self.cause = index, cause
+        super().__init__(f"item {index} failed: {_cause_text(cause)}")

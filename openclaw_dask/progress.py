@@ -7,11 +7,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["status", "track_persist"]
+__all__ = ["bar", "status", "track_persist"]
 
 
 @contextmanager
-def _bar(description: str, total: int, enabled: bool) -> Iterator[Any]:
+def bar(description: str, total: int | None, enabled: bool) -> Iterator[Any]:
+    """Yield ``advance(n=1)``: a bar on the terminal when ``enabled`` (``total`` None: no end known), else nothing."""
     if not enabled:
         yield lambda n=1: None
         return
@@ -31,7 +32,7 @@ def track_persist(session: Any, collection: Any, description: str, *, show: bool
 
         persisted = session.client.persist(collection)
         futures = futures_of(persisted)
-        with _bar(description, len(futures), show) as advance:
+        with bar(description, len(futures), show) as advance:
             for future in as_completed(futures):
                 if future.status == "error":  # raise the first task error now; never gather the data itself
                     future.result()
@@ -40,7 +41,7 @@ def track_persist(session: Any, collection: Any, description: str, *, show: bool
 
     from dask.callbacks import Callback
 
-    with _bar(description, len(collection.__dask_graph__()), show) as advance, Callback(posttask=lambda *a: advance()):
+    with bar(description, len(collection.__dask_graph__()), show) as advance, Callback(posttask=lambda *a: advance()):
         return session.persist(collection)
 
 

@@ -243,10 +243,6 @@ def test_bad_env_value_names_the_variable():
 # -- keys this build cannot run are refused, never ignored ------------------------------
 
 _NON_DEFAULT = {
-    "parallel.fusion_buffer_size": "8MiB",
-    "parallel.async_io": True,
-    "parallel.sync_interval": 5,
-    "parallel.batch_size": 32,
     "parallel.memory_pooling": True,
     "parallel.gpu_memory_fraction": 0.5,
     "parallel.rdma": True,
@@ -265,13 +261,22 @@ def test_not_yet_keys_are_refused_unless_at_default(key):
 
 
 @pytest.mark.parametrize(
+    ("key", "value"),
+    [("parallel.fusion_buffer_size", 8 * 2**20), ("parallel.async_io", True), ("parallel.sync_interval", 5),
+     ("parallel.batch_size", 32), ("parallel.strategy", "pipeline")],
+)
+def test_dataflow_keys_are_accepted(key, value):
+    # what each changes is tested in tests/test_dataflow.py and tests/test_io.py
+    assert cfg({key: value}).get(key) == value
+
+
+@pytest.mark.parametrize(
     ("overrides", "needle"),
     [
         ({"hybrid": True}, "hybrid gives each worker process omp_threads BLAS/OpenMP threads: use backend process or mpi"),
         ({"backend": "mpi", "prometheus": True}, "the MPI scheduler runs in rank 0"),
         ({"backend": "cuda"}, "backend not available in this build yet"),
         ({"backend": "kubernetes"}, "backend not available in this build yet"),
-        ({"strategy": "pipeline"}, "pipeline mode is not available"),
         ({"communication": "tls"}, "TLS needs certificates; set security.temporary_certificates=true or security.cert_file"),
         ({"backend": "process", "communication": "inproc"}, "inproc works only within one process"),
         ({"omp_threads": 2}, "apply to backends process and mpi"),

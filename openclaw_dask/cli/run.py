@@ -42,7 +42,7 @@ def _report_workload(result: Any, name: str, as_json: bool) -> None:
 
         print_run_summary(result)
     if not result.ok:
-        raise ResultMismatch(f"{name} computed {result.result!r}, expected {result.expected!r}")
+        raise ResultMismatch(f"{name}: {result.mismatch}")
 
 
 def _report_script(summary: dict[str, Any], as_json: bool) -> None:

@@ -119,9 +119,13 @@ class TaskPool(_Executor):
 
     The session puts it in ``dask.config`` (``pool``), which distributed copies into the
     worker processes it spawns: there, a copy is no pool at all (dask's own default).
+
+    :meth:`submit_task` runs a named task outside any graph (the dataflow API's tasks);
+    ``on_task(key, thread, start, stop, result)`` reports each such task.
     """
 
     on_run: Callable[[int, float, float], None] | None = None
+    on_task: Callable[[str, int, float, float, Any], None] | None = None
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
         return _no_pool, ()
@@ -140,6 +144,18 @@ class TaskPool(_Executor):
                 future.set_exception(e)
             return future
         return super().submit(self._timed, fn, args, kwargs)
+
+    def submit_task(self, key: str, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
+        """Queue ``fn(*args)`` as the task ``key``, even from a task thread (it waits on nothing here)."""
+        return super().submit(self._keyed, key, fn, args)
+
+    def _keyed(self, key: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        start = time.time()
+        result = fn(*args)
+        on_task = self.on_task
+        if on_task is not None:
+            on_task(key, threading.get_ident(), start, time.time(), result)
+        return result
 
     def _timed(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         start = time.time()

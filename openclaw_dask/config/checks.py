@@ -18,12 +18,8 @@ if TYPE_CHECKING:
 
 __all__ = ["NOT_YET", "SOCKET_BUFFER_RANGE", "check", "check_bind", "is_loopback"]
 
-# Keys accepted only at their default until the feature lands; value = default.
+# Keys accepted only at their default until the feature lands; value = default (GPU keys: the cuda backend).
 NOT_YET: dict[str, Any] = {
-    "parallel.fusion_buffer_size": None,
-    "parallel.async_io": False,
-    "parallel.sync_interval": 1,
-    "parallel.batch_size": None,
     "parallel.memory_pooling": False,
     "parallel.gpu_memory_fraction": 0.7,
     "parallel.rdma": False,

@@ -71,6 +71,8 @@ class WorkloadConfig:
     repeat: int
     skew: float
     straggler: float
+    io_format: str
+    read_latency: float
 
 
 @dataclass(frozen=True)

@@ -209,12 +209,6 @@ def _backend_name(v: Any) -> str:
     raise Invalid("a backend name such as thread, process, remote or mpi")
 
 
-def _strategy(v: Any) -> str:
-    if isinstance(v, str) and v.lower() == "pipeline":
-        raise Invalid("data or model (pipeline mode is not available in this build yet: it comes with the dataflow API)")
-    return _choice(*STRATEGIES)(v)
-
-
 def _local_directory(v: Any) -> str:
     if v == "auto":
         return "auto"
@@ -233,7 +227,8 @@ def _max_spill(v: Any) -> int | str | bool:
         raise Invalid("auto (a share of the free disk space), a size such as 10GiB, or false (no bound)") from None
 
 
-STRATEGIES = ("data", "model")
+STRATEGIES = ("data", "model", "pipeline")
+IO_FORMATS = ("npy", "raw", "zarr", "hdf5")
 ENGINES = ("auto", "threads", "distributed")
 COMMUNICATIONS = ("auto", "tcp", "inproc", "tls", "ucx", "nccl", "gloo")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -243,7 +238,7 @@ KEYS: tuple[Key, ...] = (
     Key("parallel", "enabled", _bool),
     Key("parallel", "backend", _backend_name),
     Key("parallel", "workers", _int(1, auto=True)),
-    Key("parallel", "strategy", _strategy),
+    Key("parallel", "strategy", _choice(*STRATEGIES)),
     Key("parallel", "engine", _choice(*ENGINES)),
     Key("parallel", "communication", _choice(*COMMUNICATIONS)),
     Key("parallel", "communication_strict", _bool),
@@ -276,6 +271,8 @@ KEYS: tuple[Key, ...] = (
     Key("workload", "repeat", _int(1)),
     Key("workload", "skew", _ratio),
     Key("workload", "straggler", lambda v: _duration(v, zero=True)),
+    Key("workload", "io_format", _choice(*IO_FORMATS)),
+    Key("workload", "read_latency", lambda v: _duration(v, zero=True)),
     # elastic: run-time resizing
     Key("elastic", "cooldown", lambda v: _duration(v, zero=True)),
     Key("elastic", "adaptive", _bool),

@@ -182,10 +182,6 @@ def _percentiles(values: list[float]) -> dict[str, float]:
     return {f"p{q}": float(np.percentile(values, q)) for q in (50, 95, 99)}
 
 
-def _matches(result: Any, reference: Any, rtol: float) -> bool:
-    return bool(np.allclose(np.asarray(result), np.asarray(reference), rtol=rtol, atol=0))
-
-
 def _run_kernel(session: Any, name: str, size: int, repeat: int) -> dict[str, Any]:
     from threadpoolctl import threadpool_limits
 
@@ -194,23 +190,26 @@ def _run_kernel(session: Any, name: str, size: int, repeat: int) -> dict[str, An
     from openclaw_dask.workloads.suite import KERNELS
 
     prepared = KERNELS[name](session, size)
-    result = session.compute(prepared.build(*prepared.inputs))  # warm-up, and the answer to check
-    # A second warm-up while that answer is held: memory grows to what a timed run needs beside it
-    # (else the first timed run pays the page faults, seen as a 2-4x outlier on big kernels).
-    session.compute(prepared.build(*prepared.inputs))
-    with collect(session) as record:
-        times = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            session.compute(prepared.build(*prepared.inputs))
-            times.append(time.perf_counter() - t0)
-    arrays = [np.asarray(session.compute(x)) for x in prepared.inputs]
-    numpy_times = []
-    with threadpool_limits(limits=1):  # NumPy on one thread: the baseline the guide's speedups mean
-        for _ in range(max(1, min(repeat, 3))):
-            t0 = time.perf_counter()
-            reference = prepared.numpy(*arrays)
-            numpy_times.append(time.perf_counter() - t0)
+    try:
+        result = prepared.execute(session)  # warm-up, and the answer to check
+        # A second warm-up while that answer is held: memory grows to what a timed run needs beside it
+        # (else the first timed run pays the page faults, seen as a 2-4x outlier on big kernels).
+        prepared.execute(session)
+        with collect(session) as record:
+            times = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                prepared.execute(session)
+                times.append(time.perf_counter() - t0)
+        arrays = [np.asarray(session.compute(x)) for x in prepared.inputs]
+        numpy_times = []
+        with threadpool_limits(limits=1):  # NumPy on one thread: the baseline the guide's speedups mean
+            for _ in range(max(1, min(repeat, 3))):
+                t0 = time.perf_counter()
+                reference = prepared.numpy(*arrays)
+                numpy_times.append(time.perf_counter() - t0)
+    finally:
+        prepared.close()
     median = statistics.median(times)
     n_tasks = len(record.tasks) / repeat  # tasks that ran per run (inputs already in memory are not tasks)
     first = prepared.inputs[0] if prepared.inputs else None
@@ -218,7 +217,7 @@ def _run_kernel(session: Any, name: str, size: int, repeat: int) -> dict[str, An
     report = analyze(record, chunk_hint=chunk)
     return {
         "workload": name,
-        "ok": _matches(result, reference, prepared.rtol),
+        "ok": prepared.matches(result, reference),
         "median_s": median,
         "min_s": min(times),
         "max_s": max(times),
@@ -368,9 +367,9 @@ def _markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# openclaw benchmark ({report['suite']} suite)",
         "",
-        f"{report['created']}; {m['cpu_count']} cores, {m['memory_bytes'] / 2**30:.1f} GiB; memory bandwidth "
+        (f"{report['created']}; {m['cpu_count']} cores, {m['memory_bytes'] / 2**30:.1f} GiB; memory bandwidth "
         f"{m['bandwidth_gbps_1_thread']:.1f} GB/s (1 thread), {m['bandwidth_gbps_all_cores']:.1f} GB/s (all cores), "
-        f"measured in this run. Medians of {report['repeat']} timed runs, min-max in brackets.",
+        f"measured in this run. Medians of {report['repeat']} timed runs, min-max in brackets."),
         "",
         "| config | workload | ok | median ms [min-max] | GB/s | tasks/s | task p50/p95/p99 ms | vs serial | vs NumPy 1 thread | of bandwidth | flags | compare |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",

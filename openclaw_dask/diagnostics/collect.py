@@ -200,6 +200,10 @@ def _local(record: RunRecord, threads: int, pool: Any = None) -> Iterator[None]:
     def on_run(thread: int, start: float, stop: float) -> None:
         runs[thread].append((start, stop))
 
+    def on_task(key: str, thread: int, start: float, stop: float, result: Any) -> None:  # dataflow tasks
+        with lock:
+            record.tasks.append(TaskRecord(key, _group(key), "local", thread, start, stop, int(sizeof(result))))
+
     def new_compute(dsk: Any) -> None:  # a failed or interrupted compute leaves nothing to mismatch the next one
         runs.clear()
 
@@ -220,12 +224,12 @@ def _local(record: RunRecord, threads: int, pool: Any = None) -> Iterator[None]:
 
     watching = pool is not None and hasattr(pool, "on_run")
     if watching:
-        pool.on_run = on_run
+        pool.on_run, pool.on_task = on_run, on_task
     try:
         with Callback(start=new_compute, pretask=pretask, posttask=posttask):
             yield
     finally:
         if watching:
-            pool.on_run = None
+            pool.on_run = pool.on_task = None
     peak[0] = max(peak[0], process.memory_info().rss)
     record.workers["local"] = WorkerRecord("local", threads, psutil.virtual_memory().total, peak[0], 0, 0, 0)

@@ -32,20 +32,45 @@ def _console() -> Any:
     return Console()
 
 
-def print_run_summary(r: Any) -> None:
-    """One screen: correctness, throughput, wall time, cluster, chunks, lost workers."""
+def _summary_table(title: str) -> Any:
     from rich.table import Table
 
-    table = Table(title=f"openclaw run {r.workload}", show_header=False)
+    table = Table(title=title, show_header=False)
     table.add_column(style="bold")
     table.add_column()
-    check = "[green]correct[/]" if r.ok else "[red]WRONG[/]"
-    table.add_row("check", f"{check}: {r.result:.17g} (expected {r.expected:.17g})")
+    return table
+
+
+def _verdict(ok: bool) -> str:
+    return "[green]correct[/]" if ok else "[red]WRONG[/]"
+
+
+def print_run_summary(r: Any) -> None:
+    """One screen: correctness, throughput, wall time, cluster, chunks, lost workers."""
+    if not hasattr(r, "gbps"):
+        return _print_kernel_summary(r)
+    table = _summary_table(f"openclaw run {r.workload}")
+    table.add_row("check", f"{_verdict(r.ok)}: {r.result:.17g} (expected {r.expected:.17g})")
     table.add_row("throughput", f"{r.gbps:.2f} GB/s over {_b(r.size_bytes)} (median of {len(r.sum_s_all)} sums: {r.sum_s * 1e3:.1f} ms)")
     table.add_row("wall time", f"{r.wall_s:.2f} s (generation {r.generate_s:.2f} s)")
     table.add_row("cluster", f"{r.backend}: {r.workers} worker(s), {r.threads} thread(s)")
     table.add_row("engine", r.engine)
     table.add_row("chunks", f"{r.n_chunks} x {_b(r.chunk_bytes)} ({r.chunk_reason})")
+    table.add_row("failures", recovery_line(r.workers_lost, r.tasks_recomputed, r.failures_recovered))
+    _console().print(table)
+
+
+def _print_kernel_summary(r: Any) -> None:
+    """A suite kernel run by ``openclaw run`` (:class:`~openclaw_dask.workloads.prepared.WorkloadResult`)."""
+    table = _summary_table(f"openclaw run {r.workload}")
+    table.add_row("check", f"{_verdict(r.ok)}: {r.check}")
+    runs = f"median of {len(r.run_s_all)}" if len(r.run_s_all) > 1 else "one run"
+    table.add_row("time", f"{_t(r.run_s)} ({runs}); NumPy on one thread {_t(r.numpy_s)}; wall {r.wall_s:.2f} s")
+    table.add_row("cluster", f"{r.backend}: {r.workers} worker(s), {r.threads} thread(s); strategy {r.strategy}")
+    table.add_row("engine", r.engine)
+    table.add_row("chunks", r.chunks)
+    for label, text in r.rows:
+        table.add_row(label, text)
     table.add_row("failures", recovery_line(r.workers_lost, r.tasks_recomputed, r.failures_recovered))
     _console().print(table)
 

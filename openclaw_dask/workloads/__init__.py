@@ -1,13 +1,23 @@
-"""Built-in workloads, by the name the CLI uses (``openclaw run NAME``)."""
+"""Built-in workloads, by the name the CLI uses (``openclaw run NAME``).
+
+``array-sum`` is the guide's smoke test; every kernel of the benchmark suite
+(:data:`~openclaw_dask.workloads.suite.KERNELS`) runs too, checked against NumPy.
+"""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 from openclaw_dask.workloads import array_sum
+from openclaw_dask.workloads.prepared import run_kernel
+from openclaw_dask.workloads.suite import KERNELS
 
 __all__ = ["WORKLOADS"]
 
-# name -> run(session, *, size=None, repeat=None, progress=False) -> result with .ok and .to_dict()
-WORKLOADS: dict[str, Callable[..., Any]] = {"array-sum": array_sum.run}
+# name -> run(session, *, size=None, repeat=None, progress=False) -> result with .ok, .mismatch and .to_dict()
+WORKLOADS: dict[str, Callable[..., Any]] = {
+    **{name: functools.partial(run_kernel, name) for name in KERNELS},
+    "array-sum": array_sum.run,
+}

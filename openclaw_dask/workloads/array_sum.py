@@ -51,6 +51,10 @@ class ArraySumResult:
     tasks_recomputed: int | None = 0
     failures_recovered: int | None = 0
 
+    @property
+    def mismatch(self) -> str:
+        return f"computed {self.result!r}, expected {self.expected!r}"
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["sum_s_all"] = list(self.sum_s_all)

@@ -1,32 +1,18 @@
-"""The benchmark suite's kernels, each checked against NumPy.
-
-A kernel builds its inputs in the session (made and kept on the workers, not timed)
-and returns a :class:`Prepared`: the graph to time, the same computation in NumPy on
-copies of the inputs (the reference, also timed on one thread), and what it moves.
-"""
+"""The benchmark suite's kernels, each checked against NumPy (see :mod:`openclaw_dask.workloads.prepared`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from openclaw_dask.dataflow import fusion
+from openclaw_dask.workloads import models, streams
+from openclaw_dask.workloads.prepared import Prepared
+
 __all__ = ["KERNELS", "SUITES", "Prepared"]
-
-
-@dataclass
-class Prepared:
-    """One kernel ready to run: ``build(*inputs)`` for Dask, ``numpy(*arrays)`` for the reference."""
-
-    build: Callable[..., Any]
-    numpy: Callable[..., Any]
-    inputs: tuple[Any, ...]
-    nbytes: int  # bytes the kernel reads (and writes), for GB/s
-    flops: float = 0.0
-    rtol: float = 1e-9
 
 
 def _vector(s: Any, size: int, fill: str = "arange") -> Any:
@@ -56,8 +42,11 @@ def matmul(s: Any, size: int) -> Prepared:
 
 
 def tree_reduction(s: Any, size: int) -> Prepared:
+    """A sum of squares through a tree of combine tasks: fan-in 4, or what fusion_buffer_size fills."""
     x = _vector(s, size, "random")
-    return Prepared(lambda x: (x * x).sum(split_every=4), lambda a: (a * a).sum(), (x,), x.nbytes, 2.0 * x.size)
+    buffer = s.config.parallel.fusion_buffer_size
+    fan_in = 4 if buffer is None else fusion.split_every(8, x.npartitions, buffer)  # 8-byte partials
+    return Prepared(lambda x: (x * x).sum(split_every=fan_in), lambda a: (a * a).sum(), (x,), x.nbytes, 2.0 * x.size)
 
 
 def stencil(s: Any, size: int) -> Prepared:
@@ -112,6 +101,10 @@ KERNELS: dict[str, Callable[[Any, int], Prepared]] = {
     "stencil": stencil,
     "rechunk-transpose": rechunk_transpose,
     "tiny-tasks": tiny_tasks,
+    "linear-model": models.linear_model,
+    "model-parallel-matmul": models.model_parallel_matmul,
+    "pipeline": streams.pipeline,
+    "io-pipeline": streams.io_pipeline,
 }
 
 # suite -> (bytes per input, kernels); quick fits in under 2 minutes on 2 cores

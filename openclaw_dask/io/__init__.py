@@ -1,0 +1,145 @@
+"""Chunked readers: files as dask arrays chunked by ``task_chunk_size``, read where the tasks run.
+
+:func:`read` opens one ``.npy`` (memory-mapped), raw binary, Zarr or HDF5 file (formats in
+:mod:`openclaw_dask.io.formats`, a registry other packages extend). With
+``parallel.async_io`` its reads run on dedicated I/O threads, started ahead of compute
+(:mod:`openclaw_dask.io.prefetch`). :func:`read_many` joins many small files along axis 0,
+each task reading up to ``fusion_buffer_size`` of them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from openclaw_dask.dataflow.fusion import merge_chunks
+from openclaw_dask.io.formats import Reader, reader_for, readers
+from openclaw_dask.io.prefetch import prefetcher
+
+__all__ = ["Reader", "Source", "read", "read_many", "readers"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a read task needs: the file, its format and options, the chunks, and how to read.
+
+    ``latency`` (seconds) is added to every read: it stands in for network storage in
+    benchmarks and tests, and is labelled so wherever it is reported.
+    """
+
+    format: str
+    path: str
+    options: tuple[tuple[str, Any], ...]
+    chunks: tuple[tuple[int, ...], ...]
+    latency: float = 0.0
+    prefetch: int = 0  # blocks read ahead on I/O threads (0 = read in the task)
+
+    @property
+    def numblocks(self) -> tuple[int, ...]:
+        return tuple(len(c) for c in self.chunks)
+
+    def block(self, flat: int) -> np.ndarray:
+        """Read block number ``flat`` (C order over the block grid)."""
+        index = np.unravel_index(flat, self.numblocks)
+        starts = [sum(c[:i]) for c, i in zip(self.chunks, index)]
+        slices = tuple(slice(s, s + c[i]) for s, c, i in zip(starts, self.chunks, index))
+        if self.latency:
+            time.sleep(self.latency)
+        return _reader(self.format, self.path).read(self.path, slices, **dict(self.options))
+
+
+@functools.cache
+def _reader(format: str, path: str) -> Reader:
+    return reader_for(path, format)
+
+
+def _load_block(source: Source, block_info: dict | None = None) -> np.ndarray:
+    info = block_info[None]
+    flat = int(np.ravel_multi_index(info["chunk-location"], info["num-chunks"]))
+    if not source.prefetch:
+        return source.block(flat)
+    return prefetcher(source, source.block, math.prod(source.numblocks), source.prefetch).get(flat)
+
+
+def _hashable(options: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in options.items()))
+
+
+def _threads_per_process(session: Any) -> int:
+    workers = session.workers()
+    return max((w["nthreads"] for w in workers.values()), default=session.slots)
+
+
+def read(session: Any, path: str | Path, *, format: str | None = None, chunks: Any = None,
+         async_io: bool | None = None, latency: float = 0.0, **options: Any) -> Any:
+    """A dask array over the file ``path``, chunked by the session's ``task_chunk_size``.
+
+    Parameters
+    ----------
+    format
+        ``npy``, ``raw``, ``zarr``, ``hdf5`` or a plugin's name; default: from the suffix.
+    chunks
+        Explicit dask chunks instead of the session's choice.
+    async_io
+        Read ahead on I/O threads; default ``parallel.async_io``.
+    latency
+        Seconds added to each read, standing in for network storage (benchmarks, tests).
+    options
+        For the format: ``dtype``, ``shape``, ``offset`` (raw), ``dataset`` (hdf5).
+    """
+    import dask.array as da
+    from dask.base import tokenize
+
+    path = str(path)
+    fmt = reader_for(path, format).name
+    opts = _hashable(options)
+    shape, dtype = _reader(fmt, path).describe(path, **options)
+    chunks = session.chunks(shape, dtype) if chunks is None else da.core.normalize_chunks(chunks, shape, dtype=dtype)
+    on = session.config.parallel.async_io if async_io is None else async_io
+    depth = max(2, _threads_per_process(session)) if on else 0
+    source = Source(fmt, path, opts, tuple(chunks), latency, depth)
+    name = f"read-{fmt}-{tokenize(source, Path(path).stat().st_mtime_ns if Path(path).exists() else 0)}"
+    return da.map_blocks(_load_block, source, chunks=chunks, dtype=dtype, meta=np.empty((0,) * len(shape), dtype), name=name)
+
+
+def _load_files(format: str, paths: tuple[str, ...], options: tuple[tuple[str, Any], ...]) -> np.ndarray:
+    return np.concatenate([_reader(format, p).read(p, ..., **dict(options)) for p in paths])
+
+
+def read_many(session: Any, paths: Sequence[str | Path], *, format: str | None = None,
+              buffer: int | None = None, **options: Any) -> Any:
+    """Many files of one format joined along axis 0; each task reads neighbours up to ``buffer`` bytes.
+
+    ``buffer`` defaults to ``parallel.fusion_buffer_size``; None reads one file per task,
+    as ``da.concatenate`` over per-file arrays would.
+    """
+    import dask.array as da
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    paths = [str(p) for p in paths]
+    fmt = reader_for(paths[0], format).name
+    opts = _hashable(options)
+    shapes = [_reader(fmt, p).describe(p, **options)[0] for p in paths]
+    rest, dtype = shapes[0][1:], _reader(fmt, paths[0]).describe(paths[0], **options)[1]
+    buffer = session.config.parallel.fusion_buffer_size if buffer is None else buffer
+    lengths = merge_chunks([s[0] for s in shapes], dtype.itemsize * math.prod(rest), buffer)
+    groups, start = [], 0
+    for length in lengths:  # the files whose rows make up each merged block
+        end, taken = start, 0
+        while taken < length:
+            taken, end = taken + shapes[end][0], end + 1
+        groups.append(tuple(paths[start:end]))
+        start = end
+    name = f"read-many-{fmt}-{tokenize(paths, opts, lengths)}"
+    zeros = (0,) * len(rest)
+    dsk = {(name, i, *zeros): (_load_files, fmt, g, opts) for i, g in enumerate(groups)}
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=())
+    return da.Array(graph, name, (lengths, *((r,) for r in rest)), meta=np.empty((0,) * (1 + len(rest)), dtype))

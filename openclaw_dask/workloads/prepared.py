@@ -1,0 +1,133 @@
+"""A kernel ready to run (:class:`Prepared`), and ``openclaw run`` for any kernel (:func:`run_kernel`).
+
+A kernel builds its inputs in the session (made and kept on the workers, not timed) and
+returns a :class:`Prepared`: the graph to time (or, for streams, a function that runs),
+the same computation in NumPy (the reference, also timed on one thread), and what it
+moves. The benchmark suite and ``openclaw run``/``profile`` share these definitions.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Prepared", "WorkloadResult", "run_kernel"]
+
+
+@dataclass
+class Prepared:
+    """One kernel ready to run: ``build(*inputs)`` for Dask, ``numpy(*arrays)`` for the reference.
+
+    ``run(progress)``, when given, replaces computing ``build(*inputs)`` (a stream that is not
+    one graph); ``details()`` gives summary rows after a run; ``close()`` frees what the
+    kernel made (files), once it is done.
+    """
+
+    build: Callable[..., Any]
+    numpy: Callable[..., Any]
+    inputs: tuple[Any, ...]
+    nbytes: int  # bytes the kernel reads (and writes), for GB/s
+    flops: float = 0.0
+    rtol: float = 1e-9
+    run: Callable[[bool], Any] | None = None
+    details: Callable[[], list[tuple[str, str]]] = field(default=list)
+    close: Callable[[], None] = field(default=lambda: None)
+
+    def execute(self, session: Any, *, progress: bool = False) -> Any:
+        """Run the kernel once in ``session`` and return its result."""
+        if self.run is not None:
+            return self.run(progress)
+        return session.compute(self.build(*self.inputs))
+
+    def matches(self, result: Any, reference: Any) -> bool:
+        return bool(np.allclose(np.asarray(result), np.asarray(reference), rtol=self.rtol, atol=0))
+
+
+@dataclass(frozen=True)
+class WorkloadResult:
+    """What ``openclaw run KERNEL`` measured (``to_dict()`` is the ``--json`` object)."""
+
+    workload: str
+    ok: bool
+    check: str  # how the answer was checked, e.g. "equal to NumPy (rtol 1e-09)"
+    wall_s: float
+    run_s: float  # median of the timed runs
+    run_s_all: tuple[float, ...]
+    numpy_s: float  # the NumPy reference on one thread
+    size_bytes: int
+    chunks: str
+    backend: str
+    engine: str
+    strategy: str
+    workers: int
+    threads: int
+    rows: tuple[tuple[str, str], ...] = ()  # the kernel's own summary lines
+    workers_lost: int | None = 0
+    tasks_recomputed: int | None = 0
+    failures_recovered: int | None = 0
+
+    @property
+    def mismatch(self) -> str:
+        return self.check
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["run_s_all"], d["rows"] = list(self.run_s_all), dict(self.rows)
+        return d
+
+
+def _chunks_text(inputs: tuple[Any, ...]) -> str:
+    """The inputs' chunk grids and their biggest chunk, e.g. ``grids 1x1, 1x2, 2x1; chunks <= 32 MiB``."""
+    arrays = [x for x in inputs if hasattr(x, "chunks")]
+    if not arrays:
+        return "-"
+    biggest = max(x.dtype.itemsize * math.prod(max(c) for c in x.chunks) for x in arrays)
+    grids = ", ".join("x".join(str(len(c)) for c in x.chunks) for x in arrays)
+    return f"grid{'s' if len(arrays) > 1 else ''} {grids}; chunks <= {biggest / 2**20:.3g} MiB"
+
+
+def run_kernel(name: str, session: Any, *, size: int | None = None, repeat: int | None = None,
+               progress: bool = False) -> WorkloadResult:
+    """Run the suite kernel ``name`` ``repeat`` times in ``session`` and check it against NumPy."""
+    from threadpoolctl import threadpool_limits
+
+    from openclaw_dask.workloads.memory import require_memory
+    from openclaw_dask.workloads.suite import KERNELS
+
+    cfg = session.config
+    size = cfg.workload.size if size is None else size
+    repeat = cfg.workload.repeat if repeat is None else repeat
+    require_memory(session, size)
+    before, t_start = session.recovery(), time.perf_counter()
+    prepared = KERNELS[name](session, size)
+    try:
+        times, result = [], None
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            result = prepared.execute(session, progress=progress)
+            times.append(time.perf_counter() - t0)
+        arrays = [np.asarray(session.compute(x)) for x in prepared.inputs]
+        t0 = time.perf_counter()
+        with threadpool_limits(limits=1):  # NumPy on one thread, as the benchmark's baseline
+            reference = prepared.numpy(*arrays)
+        numpy_s = time.perf_counter() - t0
+        ok = prepared.matches(result, reference)
+        rows = tuple(prepared.details())
+    finally:
+        prepared.close()
+    recovery = session.recovery().since(before)
+    verdict = "equal to" if ok else "DIFFERENT from"
+    return WorkloadResult(
+        workload=name, ok=ok, check=f"{verdict} NumPy's answer (rtol {prepared.rtol:g})",
+        wall_s=time.perf_counter() - t_start, run_s=statistics.median(times), run_s_all=tuple(times), numpy_s=numpy_s,
+        size_bytes=prepared.nbytes, chunks=_chunks_text(prepared.inputs),
+        backend=session.backend.name, engine=str(session.engine), strategy=cfg.parallel.strategy,
+        workers=len(session.workers()) or 1, threads=session.slots, rows=rows, workers_lost=recovery.workers_lost,
+        tasks_recomputed=recovery.tasks_recomputed, failures_recovered=recovery.failures_recovered,
+    )

@@ -1,0 +1,170 @@
+"""Kernels that stream: a staged ``pipeline`` of micro-batches, and ``io-pipeline`` over files it writes.
+
+``pipeline`` pushes samples (128 x 128 float64 images, seeded by their index) through
+load -> preprocess -> compute -> reduce with :func:`openclaw_dask.dataflow.pipeline`:
+``parallel.batch_size`` samples per micro-batch, at most ``in_flight`` batches alive.
+
+``io-pipeline`` writes a float64 array whose elements are their own index in
+``workload.io_format`` to a temporary folder (removed afterwards), reads it back with
+:func:`openclaw_dask.io.read` (``parallel.async_io``; ``workload.read_latency`` stands in for
+network storage) and reduces it, so the answer has a closed form.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from openclaw_dask.errors import ConfigError
+from openclaw_dask.workloads.prepared import Prepared
+
+__all__ = ["io_pipeline", "pipeline", "write_array"]
+
+SIDE = 128  # a sample is SIDE x SIDE float64
+SAMPLE_BYTES = SIDE * SIDE * 8
+_WEIGHTS = np.random.default_rng(7).standard_normal((SIDE, SIDE)) / np.sqrt(SIDE)
+REFERENCE_BATCH = 64  # samples per step of the NumPy reference, whatever batch_size the stream used
+
+
+def load(batch: list[int]) -> np.ndarray:
+    """Samples ``batch`` (their indices), each a pseudo-random image seeded by its index alone."""
+    return np.stack([np.random.default_rng(i).random((SIDE, SIDE)) for i in batch])
+
+
+def preprocess(x: np.ndarray) -> np.ndarray:
+    """Standardise each sample."""
+    return (x - x.mean(axis=(1, 2), keepdims=True)) / x.std(axis=(1, 2), keepdims=True)
+
+
+def compute(x: np.ndarray) -> np.ndarray:
+    return np.tanh(x @ _WEIGHTS)
+
+
+def reduce(x: np.ndarray) -> np.ndarray:
+    return x.sum(axis=(0, 1))
+
+
+STAGES = (load, preprocess, compute, reduce)
+
+
+def _numpy_pipeline(n: int) -> np.ndarray:
+    total = np.zeros(SIDE)
+    for start in range(0, n, REFERENCE_BATCH):
+        x = list(range(start, min(n, start + REFERENCE_BATCH)))
+        for stage in STAGES:
+            x = stage(x)
+        total += x
+    return total
+
+
+def pipeline(s: Any, size: int) -> Prepared:
+    from openclaw_dask.dataflow import pipeline as stream
+
+    n = max(2, size // SAMPLE_BYTES)
+    batch = s.config.parallel.batch_size or max(1, 2 * 2**20 // SAMPLE_BYTES)  # default: 2 MiB batches
+    last: dict[str, Any] = {}
+
+    def run(progress: bool) -> np.ndarray:
+        last["stream"] = flow = stream(s, STAGES, range(n), batch_size=batch, progress=progress)
+        return sum(flow, np.zeros(SIDE))
+
+    def details() -> list[tuple[str, str]]:
+        flow = last["stream"]
+        mib = batch * SAMPLE_BYTES / 2**20
+        rows = [("stream", f"{n} samples in {flow.batches} batches of {batch} ({mib:.3g} MiB), {flow.wall_s:.2f} s"),
+                ("in flight", (f"at most {flow.peak_in_flight} of {flow.in_flight} batches alive "
+                              f"(<= {flow.in_flight * mib:.3g} MiB of samples)"))]
+        rows += [(f"stage {t.stage}", (f"median {t.median_s * 1e3:.2f} ms, max {t.max_s * 1e3:.2f} ms, "
+                                      f"total {t.total_s:.2f} s over {len(t.seconds)} batches")) for t in flow.times]
+        return rows
+
+    return Prepared(lambda: None, lambda: _numpy_pipeline(n), (), n * SAMPLE_BYTES, 4.0 * n * SIDE**3,
+                    rtol=1e-9, run=run, details=details)
+
+
+def write_array(path: Path, fmt: str, shape: tuple[int, int], rows_per_write: int) -> Path:
+    """Write a float64 array whose elements are their flat index, ``rows_per_write`` rows at a time."""
+    def rows(start: int, stop: int) -> np.ndarray:
+        return np.arange(start * shape[1], stop * shape[1], dtype="float64").reshape(stop - start, shape[1])
+
+    if fmt == "zarr":
+        import zarr
+
+        out: Any = zarr.open_array(str(path), mode="w", shape=shape, chunks=(rows_per_write, shape[1]), dtype="float64")
+    elif fmt == "hdf5":
+        import h5py
+
+        f = h5py.File(path, "w")
+        out = f.create_dataset("data", shape=shape, dtype="float64")
+    elif fmt == "npy":
+        out = np.lib.format.open_memmap(path, mode="w+", dtype="float64", shape=shape)
+    else:
+        out = np.memmap(path, dtype="float64", mode="w+", shape=shape)
+    for start in range(0, shape[0], rows_per_write):
+        stop = min(shape[0], start + rows_per_write)
+        out[start:stop] = rows(start, stop)
+    if fmt == "hdf5":
+        f.close()
+    elif fmt in ("npy", "raw"):
+        out.flush()
+    return path
+
+
+def _free_disk_check(folder: str, nbytes: int) -> None:
+    free = shutil.disk_usage(folder).free
+    if nbytes > free // 2:
+        raise ConfigError(f"io-pipeline would write {nbytes / 2**30:.3g} GiB to {folder}, which has "
+                          f"{free / 2**30:.3g} GiB free; lower --size (it may use at most half the free space)")
+
+
+def _reduce_block(x: np.ndarray) -> np.ndarray:
+    return (x * 2.0 + np.sin(x) ** 2 + np.cos(x) ** 2).sum()
+
+
+def io_pipeline(s: Any, size: int) -> Prepared:
+    from openclaw_dask import io
+
+    cfg = s.config
+    cols = 1024
+    n_rows = max(2, size // (8 * cols))
+    n = n_rows * cols
+    folder = tempfile.mkdtemp(prefix="openclaw-io-")
+    try:
+        _free_disk_check(folder, 8 * n)
+        suffix = {"npy": ".npy", "raw": ".raw", "zarr": ".zarr", "hdf5": ".h5"}[cfg.workload.io_format]
+        slab = max(1, 64 * 2**20 // (8 * cols))
+        path = write_array(Path(folder) / f"data{suffix}", cfg.workload.io_format, (n_rows, cols), slab)
+        options = {"dtype": "float64", "shape": (n_rows, cols)} if cfg.workload.io_format == "raw" else {}
+        x = io.read(s, path, latency=cfg.workload.read_latency, **options)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+    def numpy_reference() -> float:
+        reader = io.reader_for(path, cfg.workload.io_format)
+        return float(sum(_reduce_block(reader.read(str(path), slice(a, a + slab), **options))
+                         for a in range(0, n_rows, slab)))
+
+    def details() -> list[tuple[str, str]]:
+        latency = f", plus {cfg.workload.read_latency * 1e3:g} ms per read standing in for network storage" \
+            if cfg.workload.read_latency else ""
+        expected = float(n) * (n - 1) + n
+        return [("file", f"{cfg.workload.io_format}, {8 * n / 2**20:.4g} MiB, read in {x.npartitions} chunks{latency}"),
+                ("async_io", "reads on I/O threads, ahead of compute" if cfg.parallel.async_io else "off: each task reads its chunk"),
+                ("closed form", f"sum(2x + sin^2 x + cos^2 x) = n(n-1) + n = {expected:.17g}")]
+
+    return Prepared(lambda: _graph(x), numpy_reference, (), 8 * n, 8.0 * n, rtol=1e-9, details=details,
+                    close=lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+def _partial(block: np.ndarray) -> np.ndarray:
+    return np.atleast_2d(_reduce_block(block))
+
+
+def _graph(x: Any) -> Any:
+    """One partial per chunk, then their sum: each task reads a chunk and reduces it."""
+    return x.map_blocks(_partial, chunks=(1, 1), dtype="float64").sum()
