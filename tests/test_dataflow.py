@@ -101,8 +101,9 @@ def test_each_stage_runs_on_the_workers_it_is_pinned_to():
             assert out[-2:] == [a, b]
 
 
-def test_pipeline_tasks_reach_the_profiler_on_the_threaded_engine():
-    with start() as s, collect(s) as record:
+@pytest.mark.parametrize("engine", ["threads", "serial"])
+def test_pipeline_tasks_reach_the_profiler_on_local_engines(engine):
+    with start(ENGINES[engine]) as s, collect(s) as record:
         list(pipeline(s, [double, total], range(40), batch_size=4))
     groups = {t.group for t in record.tasks}
     assert {"double", "total"} <= groups and len(record.tasks) == 20

@@ -2,13 +2,14 @@
 
 A :class:`Tasks` submits named tasks and hands back futures, whatever the session's
 engine: ``client.submit`` on a distributed cluster, the thread backend's
-:class:`~openclaw_dask.cluster.local.TaskPool` on dask's threaded scheduler (its tasks
-reach the profiler as graph tasks do), and the calling thread when serial.
+:class:`~openclaw_dask.cluster.local.TaskPool` on dask's threaded scheduler, and dask's
+synchronous scheduler when serial. Either way the profiler sees each task as a graph task.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -101,13 +102,17 @@ class _Pool(Tasks):
 
 
 class _Inline(Tasks):
+    """Serial: each task runs now, through dask's synchronous scheduler, so local callbacks see it."""
+
     def submit(self, key: str, fn: Callable[..., Any], *args: Any, after: Any = None,
                pin: Mapping[str, Any] | None = None) -> Any:
+        from dask.local import get_sync
+
         _refuse_pin(pin)
         out: cf.Future[Any] = cf.Future()
         try:
             head = () if after is None else (after.result(),)
-            out.set_result(fn(*head, *args))
+            out.set_result(get_sync({key: (functools.partial(fn, *head, *args),)}, key))  # no argument is parsed as a key
         except Exception as e:  # noqa: BLE001  (handed to the caller through the future)
             out.set_exception(e)
         return out
