@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -83,3 +84,8 @@ def test_io_pipeline_refuses_to_fill_the_disk(tmp_path):
 
 def test_every_suite_kernel_is_a_workload():
     assert set(KERNELS) <= set(WORKLOADS)
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parent.parent / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_example_configs_are_valid(path):
+    assert load_config(path).path == path

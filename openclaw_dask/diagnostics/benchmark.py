@@ -259,7 +259,8 @@ def run_benchmark(
     bandwidth = measure_bandwidth()
     serial = Configuration("serial", load_config(configs[0].config.path, {**(base_overrides or {}), "parallel.enabled": False}))
     rows = []
-    for conf in _unique_labels([serial, *configs]):
+    labelled = _unique_labels([serial, *configs])
+    for conf in labelled:
         with Session(conf.config).start() as s:
             for name in kernels:
                 say(f"{conf.label}: {name}")
@@ -272,8 +273,10 @@ def run_benchmark(
                 row["efficiency_vs_bandwidth"] = row["gbps"] / bandwidth["all_cores"] if row["nbytes"] else None
                 rows.append(row)
     by_kernel = {r["workload"]: r["median_s"] for r in rows if r["config"] == "serial"}
+    first = {r["workload"]: r["median_s"] for r in rows if r["config"] == labelled[1].label}
     for r in rows:
         r["speedup_vs_serial"] = by_kernel[r["workload"]] / r["median_s"]
+        r["speedup_vs_first"] = first[r["workload"]] / r["median_s"]  # vs the first configuration given
     return {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -385,10 +388,24 @@ def _markdown(report: dict[str, Any]) -> str:
             f"{lat['p50'] * 1e3:.2f}/{lat['p95'] * 1e3:.2f}/{lat['p99'] * 1e3:.2f} | {r['speedup_vs_serial']:.2f} | "
             f"{r['speedup_vs_numpy_1thread']:.2f} | {eff} | {', '.join(r['flags']) or '-'} | {cmp_text} |"
         )
+    lines += _against_first(report["rows"])
     verdicts = [(r["config"], r["workload"], v) for r in report["rows"] for v in r["verdicts"]]
     if verdicts:
         lines += ["", "## Verdicts", ""] + [f"- **{c} / {w}**: {v}" for c, w, v in verdicts]
     return "\n".join(lines) + "\n"
+
+
+def _against_first(rows: list[dict[str, Any]]) -> list[str]:
+    """With two or more configurations: each one's speedup over the first, kernel by kernel."""
+    labels = list(dict.fromkeys(r["config"] for r in rows if r["config"] != "serial"))
+    if len(labels) < 2 or any("speedup_vs_first" not in r for r in rows):
+        return []
+    table = {(r["workload"], r["config"]): r["speedup_vs_first"] for r in rows}
+    lines = ["", f"## Speedup over {labels[0]}", "", "| workload | " + " | ".join(labels[1:]) + " |",
+             "|---|" + "---|" * (len(labels) - 1)]
+    for workload in dict.fromkeys(r["workload"] for r in rows):
+        lines.append(f"| {workload} | " + " | ".join(f"{table[workload, c]:.2f}" for c in labels[1:]) + " |")
+    return lines
 
 
 def _html_layout(report: dict[str, Any]) -> Any:
