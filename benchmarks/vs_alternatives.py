@@ -23,12 +23,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import statistics
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import numpy as np
+from _timing import median_s
 from dask.system import CPU_COUNT
 from dask.utils import format_bytes, parse_bytes
 
@@ -46,14 +45,9 @@ def chunk_elementwise(a: np.ndarray) -> float:
 KERNELS: dict[str, Callable[[np.ndarray], float]] = {"sum": chunk_sum, "elementwise": chunk_elementwise}
 
 
-def median_s(fn: Callable[[], float], repeat: int, expected: float) -> float:
+def checked_median_s(fn: Callable[[], float], repeat: int, expected: float) -> float:
     assert np.isclose(fn(), expected, rtol=1e-9)  # warm-up, and the same answer as NumPy
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return median_s(fn, repeat)
 
 
 @contextlib.contextmanager
@@ -99,7 +93,7 @@ def main() -> None:
         blocks = [data[sl] for sl in _slices(x.chunks[0])]
         expected = {name: sum(f(b) for b in blocks) for name, f in KERNELS.items()}
         graphs = {"sum": x.sum(), "elementwise": (np.sin(x) * 2.0 + x).sum()}
-        ours = {name: median_s(lambda g=g: float(s.compute(g)), args.repeat, expected[name]) for name, g in graphs.items()}
+        ours = {name: checked_median_s(lambda g=g: float(s.compute(g)), args.repeat, expected[name]) for name, g in graphs.items()}
         engine, chunks = s.engine.kind, f"{len(blocks)} x {format_bytes(blocks[0].nbytes)}"
     print(f"{format_bytes(n * 8)} of float64 in {chunks} chunks, {CPU_COUNT} workers each, median of {args.repeat}\n")
     print("| tool | " + " | ".join(f"{k} (ms) | openclaw speedup" for k in KERNELS) + " |")
@@ -112,7 +106,7 @@ def main() -> None:
                 continue
             cells = []
             for name, f in KERNELS.items():
-                seconds = median_s(lambda r=run, f=f: r(f), args.repeat, expected[name])
+                seconds = checked_median_s(lambda r=run, f=f: r(f), args.repeat, expected[name])
                 cells.append(f"{seconds * 1e3:.1f} | {seconds / ours[name]:.2f}")
             print(f"| {tool} | " + " | ".join(cells) + " |", flush=True)
 

@@ -108,6 +108,8 @@ def test_the_prefetcher_reads_ahead_in_either_direction_within_depth():
         assert [p.get(i) for i in range(20)] == list(range(20))
         assert p.stats.ahead == 19 and p.stats.waited == 1 and len(p._pending) == 0
         assert peak[0] <= 3  # never more reads at once than its I/O threads
+        assert [p.get(i) for i in range(20)] == list(range(20))  # a second pass (another compute) reads ahead too
+        assert p.stats.ahead == 19 + 19
     finally:
         p.close()
     back = Prefetcher(lambda i: i, 10, 2)

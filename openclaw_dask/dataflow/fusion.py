@@ -2,9 +2,10 @@
 
 Two places where Dask pays per piece:
 
-- a reduction's combine tasks: dask's default fan-in (``split_every``) is 16 whatever the
-  pieces weigh, so a sum of 8-byte partials over 2,000 chunks still builds three levels of
-  tiny tasks. :func:`split_every` picks the fan-in that fills the buffer instead.
+- a reduction's tasks: one partial per chunk however small the chunk, and dask's default
+  fan-in (``split_every``) of 16 whatever the partials weigh, so a sum over 2,000 small chunks
+  builds 2,000 partials and three levels of combine tasks. :func:`reduce` merges the small
+  chunks up to the buffer first, and :func:`split_every` picks the fan-in that fills it.
 - many small chunks, e.g. one per small file: :func:`merge_chunks` groups neighbours
   into blocks of at most the buffer, so each task (and each transfer) carries a buffer's
   worth.
@@ -61,9 +62,11 @@ def merged(session: Any, x: Any, *, axis: int = 0, buffer: int | None = None) ->
 
 def reduce(session: Any, x: Any, how: str = "sum", *, axis: int | tuple[int, ...] | None = None,
            buffer: int | None = None) -> Any:
-    """``x.<how>(axis)`` (sum, mean, max, ...) with the fan-in :func:`split_every` picks for ``buffer``."""
+    """``x.<how>(axis)`` (sum, mean, max, ...): chunks smaller than ``buffer`` merged, and the fan-in that fills it."""
     buffer = _buffer(session, buffer)
     axes = tuple(range(x.ndim)) if axis is None else ((axis,) if isinstance(axis, int) else tuple(axis))
+    for a in axes:  # a partial per merged block, not per small chunk
+        x = merged(session, x, axis=a, buffer=buffer)
     kept = [max(c, default=1) for a, c in enumerate(x.chunks) if a not in axes]
     partial = x.dtype.itemsize * math.prod(kept) * (2 if how in ("mean", "var", "std") else 1)
     pieces = math.prod(len(x.chunks[a]) for a in axes)

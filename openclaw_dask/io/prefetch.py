@@ -4,8 +4,8 @@ A read task asks its process's :class:`Prefetcher` for block ``i``; the prefetch
 back the read already in flight (or starts it) and queues reads of the next ``depth``
 blocks on its own I/O threads, so the task threads compute on block ``i`` while blocks
 ``i+1 .. i+depth`` load. Dask runs a chunked read's tasks roughly in block order, forwards
-or (a reduction's graph, often) backwards: the prefetcher reads on in the direction of the
-last two requests. A block another process took is dropped once it falls ``depth`` behind.
+or (a reduction's graph, often) backwards: the prefetcher reads backwards after a request
+just behind the last one, forwards otherwise. A block another process took is dropped once it falls ``depth`` behind.
 Memory: at most ``depth`` prefetched blocks per array per process.
 """
 
@@ -51,6 +51,9 @@ class Prefetcher:
     def get(self, i: int) -> Any:
         """Block ``i``: the read in flight, or a new one; then queue the next ``depth``."""
         with self._lock:
+            if i in self._taken:  # read again: a new pass over the array (another compute), so all may be read ahead
+                self._taken.clear()
+                self._last = -1
             future = self._pending.pop(i, None)
             if future is None:
                 future = self._pool.submit(self.read, i)
@@ -60,7 +63,7 @@ class Prefetcher:
             self._taken[i] = None
             while len(self._taken) > 4 * self.depth:
                 self._taken.popitem(last=False)
-            step = -1 if 0 <= i < self._last else 1
+            step = -1 if self._last - self.depth <= i < self._last else 1  # just behind the last: going backwards
             self._last = i
             for j in range(i + step, i + step * (self.depth + 1), step):
                 if 0 <= j < self.n and j not in self._pending and j not in self._taken:

@@ -42,11 +42,15 @@ def matmul(s: Any, size: int) -> Prepared:
 
 
 def tree_reduction(s: Any, size: int) -> Prepared:
-    """A sum of squares through a tree of combine tasks: fan-in 4, or what fusion_buffer_size fills."""
+    """A sum of squares through a tree of combine tasks: fan-in 4, or as fusion_buffer_size merges it."""
     x = _vector(s, size, "random")
-    buffer = s.config.parallel.fusion_buffer_size
-    fan_in = 4 if buffer is None else fusion.split_every(8, x.npartitions, buffer)  # 8-byte partials
-    return Prepared(lambda x: (x * x).sum(split_every=fan_in), lambda a: (a * a).sum(), (x,), x.nbytes, 2.0 * x.size)
+
+    def tree(x: Any) -> Any:
+        if s.config.parallel.fusion_buffer_size is None:
+            return (x * x).sum(split_every=4)
+        return fusion.reduce(s, x * x, "sum")
+
+    return Prepared(tree, lambda a: (a * a).sum(), (x,), x.nbytes, 2.0 * x.size)
 
 
 def stencil(s: Any, size: int) -> Prepared:

@@ -1,0 +1,17 @@
+"""Timing shared by the benchmark scripts (run as ``python benchmarks/NAME.py``, so this folder is on sys.path)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+
+def median_s(fn: Callable[[], object], repeat: int) -> float:
+    """Median seconds of ``repeat`` calls of ``fn``."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
