@@ -20,7 +20,7 @@ from openclaw_dask.errors import OpenclawError
 if TYPE_CHECKING:
     import dask.array as da
 
-__all__ = ["FILLS", "array", "chunk_plan", "chunks", "from_array"]
+__all__ = ["FILLS", "array", "chunk_plan", "chunks", "from_array", "to_numpy"]
 
 FILLS = ("arange", "random", "noise", "zeros", "ones")
 
@@ -106,12 +106,24 @@ def array(
     chunks = session.chunks(shape, dtype) if chunks is None else da.core.normalize_chunks(chunks, shape, dtype=dtype)
     meta = np.empty((0,) * len(shape), dtype=dtype)
     if callable(fill):
-        return da.map_blocks(fill, chunks=chunks, dtype=dtype, meta=meta)
+        return _on_device(session, da.map_blocks(fill, chunks=chunks, dtype=dtype, meta=meta))
     if fill not in FILLS:
         raise OpenclawError(f"fill={fill!r} is not known; use one of {', '.join(FILLS)} or a function")
     # The name must depend on everything that changes the blocks, or two arrays share keys.
     name = f"openclaw-{fill}-{tokenize(fill, seed, shape, dtype.str, chunks)}"
-    return da.map_blocks(_fill_block, fill, seed, dtype.str, chunks=chunks, dtype=dtype, meta=meta, name=name)
+    return _on_device(session, da.map_blocks(_fill_block, fill, seed, dtype.str, chunks=chunks, dtype=dtype, meta=meta, name=name))
+
+
+def _on_device(session: Any, x: da.Array) -> da.Array:
+    """``x`` with the chunks of the session backend's array backend (CuPy on ``cuda``), converted where they are made."""
+    backend = session.backend.array_backend
+    return x if backend is None else x.to_backend(backend)
+
+
+def to_numpy(session: Any, x: Any) -> np.ndarray:
+    """Compute ``x`` in ``session`` and bring it home as NumPy (from CuPy chunks too)."""
+    result = session.compute(x) if hasattr(x, "__dask_graph__") else x
+    return np.asarray(result.get() if type(result).__module__.startswith("cupy") else result)  # device -> host
 
 
 def from_array(session: Any, x: Any) -> da.Array:
@@ -124,11 +136,11 @@ def from_array(session: Any, x: Any) -> da.Array:
     import dask.array as da
 
     if isinstance(x, da.Array):
-        return x.rechunk(session.chunks(x.shape, x.dtype))
+        return _on_device(session, x.rechunk(session.chunks(x.shape, x.dtype)))
     chunks = session.chunks(x.shape, x.dtype)
     if not isinstance(x, np.ndarray) or not session.engine.distributed:
-        return da.from_array(x, chunks=chunks)
-    return _scatter_blocks(session.client, x, chunks)
+        return _on_device(session, da.from_array(x, chunks=chunks))
+    return _on_device(session, _scatter_blocks(session.client, x, chunks))
 
 
 def _scatter_blocks(client: Any, x: np.ndarray, chunks: tuple[tuple[int, ...], ...]) -> da.Array:

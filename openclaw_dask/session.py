@@ -57,7 +57,7 @@ class Session:
     """
 
     # Arrays and chunks of this session (openclaw_dask.arrays): its functions, as methods.
-    array, from_array, chunk_plan, chunks = arrays.array, arrays.from_array, arrays.chunk_plan, arrays.chunks
+    array, from_array, chunk_plan, chunks, to_numpy = arrays.array, arrays.from_array, arrays.chunk_plan, arrays.chunks, arrays.to_numpy
 
     def __init__(self, config: Config) -> None:
         self.config = config

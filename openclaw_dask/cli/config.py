@@ -49,10 +49,14 @@ def config() -> None:
 @friendly
 def config_show(config_path: str | None, sets: tuple[str, ...], as_json: bool) -> None:
     """Print the effective value of every key and where it came from."""
+    from openclaw_dask.cluster import backend_for
+
     cfg = load(config_path, sets)
     rows = config_rows(cfg)
+    computed = backend_for(cfg).describe(cfg)  # e.g. the cuda backend's byte limits per GPU
     if as_json:
-        click.echo(json.dumps({k: {"value": v, "source": src} for k, v, src in rows}, indent=2))
+        out: dict[str, Any] = {k: {"value": v, "source": src} for k, v, src in rows}
+        click.echo(json.dumps({**out, "computed": computed} if computed else out, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
@@ -62,7 +66,10 @@ def config_show(config_path: str | None, sets: tuple[str, ...], as_json: bool) -
         table.add_column(col)
     for k, v, src in rows:
         table.add_row(k, str(v), src, style=None if src == "default" else "bold")
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for line in computed:
+        console.print(f"computed: {line}")
 
 
 @config.command("validate")

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from openclaw_dask.errors import BackendUnavailable
+
 if TYPE_CHECKING:
     from distributed import Client, Scheduler
 
@@ -89,6 +91,8 @@ class Capabilities:
     threaded
         Can run graphs on dask's threaded scheduler in this process, with no cluster
         (``parallel.engine: threads``).
+    gpu
+        Its workers own GPUs: ``memory_pooling``, ``gpu_memory_fraction`` and ``rdma`` apply.
     """
 
     owns_cluster: bool = True
@@ -101,6 +105,7 @@ class Capabilities:
     tls: bool = False
     socket_buffers: bool = False
     threaded: bool = False
+    gpu: bool = False
 
 
 class Backend:
@@ -120,6 +125,8 @@ class Backend:
         What ``parallel.communication: auto`` means without TLS.
     task_overhead_s
         Fixed cost of one more task, seconds: the auto chunk size keeps it small.
+    array_backend
+        The dask array backend of the chunks a session makes (``cupy``), or None for NumPy.
     """
 
     name: ClassVar[str] = ""
@@ -129,10 +136,20 @@ class Backend:
     extra: ClassVar[str | None] = None
     default_protocol: ClassVar[str] = "tcp"
     task_overhead_s: ClassVar[float] = 0.002  # a distributed cluster's (measured in-process: 1.96 ms)
+    array_backend: ClassVar[str | None] = None
 
     def missing(self) -> list[str]:
         """The required modules that are not installed (nothing is imported)."""
         return [m for m in self.requires if importlib.util.find_spec(m) is None]
+
+    def available(self, config: Config | None = None) -> None:
+        """Raise when this machine cannot run the backend: :class:`BackendUnavailable` names the ``pip install``."""
+        missing = self.missing()
+        if missing:
+            what = f"backend {self.name} needs {', '.join(missing)}, which is not installed"
+            if self.extra is None:  # a plugin's own dependencies: no openclaw-dask extra brings them
+                raise BackendUnavailable(f"{what}; run: pip install {' '.join(missing)}")
+            raise BackendUnavailable(what, extra=self.extra)
 
     def refusal(self, capability: str) -> str:
         """Why this backend cannot do ``capability``, for an error message."""
@@ -151,6 +168,10 @@ class Backend:
     def plan(self, config: Config) -> Any:
         """What :meth:`start` would start, as plain data; starts nothing."""
         raise NotImplementedError
+
+    def describe(self, config: Config) -> list[str]:
+        """Settings this backend computes from ``config`` that are worth showing (``openclaw config show``)."""
+        return []
 
     def engine(self, config: Config) -> Engine:
         """What will run the graphs of a session of ``config``, and why (pure)."""

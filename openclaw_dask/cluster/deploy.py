@@ -87,9 +87,32 @@ def _check(config: Config) -> None:
     if config.parallel.communication == "inproc":
         raise ConfigError.at(config, "parallel.communication", "works within one process only",
                              hint="a scheduler or worker process needs tcp or tls")
-    as_deployed = dataclasses.replace(config, parallel=dataclasses.replace(config.parallel, backend=_DEPLOYED.name),
+    deployed = _deployed(config)
+    as_deployed = dataclasses.replace(config, parallel=dataclasses.replace(config.parallel, backend=deployed.name),
                                       cluster=dataclasses.replace(config.cluster, scheduler_address=None))
-    _DEPLOYED.check(as_deployed)
+    deployed.check(as_deployed)
+
+
+def _deployed(config: Config) -> Backend:
+    """The backend whose workers these commands start: the GPU backend the config names, else the process backend's."""
+    from openclaw_dask.cluster.registry import declared
+
+    named = declared(config.parallel.backend, source=config.sources.get("parallel.backend"))
+    if not named.capabilities.gpu:
+        return _DEPLOYED
+    named.available(config)  # no GPU, or no dask-cuda: say so before anything starts
+    return named
+
+
+def _gpu_worker(config: Config, backend: Any) -> tuple[list[str], dict[str, str]]:
+    """``dask cuda worker`` options and environment: one worker per GPU, its limits and transport."""
+    gp = backend.gpu_plan(config)
+    argv = ["--nthreads", "1", "--device-memory-limit", str(min(gp.limit(d) for d in gp.devices))]
+    if gp.pool == "rmm":
+        argv += ["--rmm-pool-size", str(gp.pool_bytes)]
+    if gp.protocol == "ucx":
+        argv += ["--protocol", "ucx", "--enable-nvlink", *(["--enable-infiniband", "--enable-rdmacm"] if gp.rdma else [])]
+    return argv, {"CUDA_VISIBLE_DEVICES": ",".join(str(d.index) for d in gp.devices[: gp.workers])}
 
 
 def scheduler_command(config: Config, *, port: int | None = None, scheduler_file: str | None = None) -> Command:
@@ -118,6 +141,9 @@ def scheduler_command(config: Config, *, port: int | None = None, scheduler_file
 def worker_command(config: Config, address: str | None = None, *, scheduler_file: str | None = None) -> Command:
     """The ``dask worker`` command for ``config``: ``parallel.workers`` processes under nannies.
 
+    With ``parallel.backend: cuda``, ``dask cuda worker`` instead: a worker per GPU of
+    ``gpu.devices`` with the byte limits and transport the cuda backend computes.
+
     Each process gets ``omp_threads`` task threads (one with ``hybrid``, and
     ``omp_threads`` BLAS/OpenMP threads instead); ``parallel.timeout`` bounds how long
     a worker waits for its scheduler before it gives up.
@@ -128,9 +154,15 @@ def worker_command(config: Config, address: str | None = None, *, scheduler_file
         raise ConfigError("openclaw worker needs the scheduler's address",
                           hint="openclaw worker tcp://HOST:8786, or --scheduler-file, or cluster.scheduler_address")
     bind, web = _bind(config)
-    argv = [_dask_cli(), "worker", *([address] if address else ["--scheduler-file", scheduler_file]), *bind,
-            "--nworkers", str(worker_processes(config)), "--nthreads", str(task_threads(config)),
-            "--death-timeout", f"{config.parallel.timeout:g}s"]
+    backend, env = _deployed(config), {}
+    where = [address] if address else ["--scheduler-file", scheduler_file]
+    if backend.capabilities.gpu:  # dask-cuda's worker CLI: it starts one worker per visible GPU itself
+        shape, env = _gpu_worker(config, backend)
+        argv = [_dask_cli(), "cuda", "worker", *where, *bind, *shape]
+    else:
+        argv = [_dask_cli(), "worker", *where, *bind, "--nworkers", str(worker_processes(config)),
+                "--nthreads", str(task_threads(config))]
+    argv += ["--death-timeout", f"{config.parallel.timeout:g}s"]
     if config.cluster.memory_limit != "auto":
         argv += ["--memory-limit", str(config.cluster.memory_limit)]
     dash = dashboard_address(config, web)
@@ -143,4 +175,6 @@ def worker_command(config: Config, address: str | None = None, *, scheduler_file
         argv += ["--local-directory", str(folder)]
     settings = _settings(config)
     settings["distributed.worker.memory.max-spill"] = max_spill(config, folder or tempfile.gettempdir())
-    return _command(argv, settings)
+    command = _command(argv, settings)
+    command.env.update(env)
+    return command

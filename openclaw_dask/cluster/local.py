@@ -90,15 +90,21 @@ class LocalBackend(Backend):
                 kwargs["host"] = host
         return kwargs
 
+    def cluster_class(self) -> Any:
+        """What :meth:`start` calls with :meth:`plan`'s arguments."""
+        from distributed import LocalCluster
+
+        return LocalCluster
+
     def start(self, config: Config) -> RunningCluster:
         """Start the cluster and connect a client to it."""
-        from distributed import Client, LocalCluster
+        from distributed import Client
 
         kwargs = self.plan(config)
         _warn_oversubscribed(kwargs["n_workers"] * max(kwargs["threads_per_worker"], blas_threads(config)))
         logger.info("starting %s cluster: %s", self.name, kwargs)
         try:
-            cluster = LocalCluster(**kwargs)
+            cluster = self.cluster_class()(**kwargs)
         except Exception as e:  # distributed raises many types for a failed start
             raise ClusterStartError(f"could not start the {self.name} cluster ({type(e).__name__}: {e})") from e
         try:

@@ -6,7 +6,7 @@ import logging
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-__all__ = ["BLAS_VARIABLES", "LOGGERS", "BlasThreads", "LogLevel", "blas_env", "blas_threads", "task_threads", "worker_processes"]
+__all__ = ["BLAS_VARIABLES", "LOGGERS", "BlasThreads", "CupyPool", "LogLevel", "blas_env", "blas_threads", "task_threads", "worker_processes"]
 
 LOGGERS = ("openclaw_dask", "distributed")
 BLAS_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -23,6 +23,29 @@ class LogLevel(WorkerPlugin):
     def setup(self, worker) -> None:
         for name in LOGGERS:
             logging.getLogger(name).setLevel(self.level)
+
+
+class CupyPool(WorkerPlugin):
+    """CuPy's allocations on this worker's GPU: a memory pool of at most ``limit`` bytes, or no pool (None).
+
+    CuPy pools by default, unbounded; ``memory_pooling: false`` turns that off, so each
+    allocation goes to the driver. With RMM installed dask-cuda sets up its pool instead.
+    """
+
+    name = "openclaw-cupy-pool"
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+
+    def setup(self, worker) -> None:
+        import cupy
+
+        if self.limit is None:
+            cupy.cuda.set_allocator(None)
+            return
+        pool = cupy.cuda.MemoryPool()
+        pool.set_limit(size=self.limit)
+        cupy.cuda.set_allocator(pool.malloc)
 
 
 class BlasThreads(WorkerPlugin):

@@ -26,7 +26,7 @@ from openclaw_dask.errors import BackendUnavailable, ConfigError
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
 
-__all__ = ["ENTRY_POINT_GROUP", "available_backends", "backend_for", "builtin_backends", "check", "get_backend"]
+__all__ = ["ENTRY_POINT_GROUP", "available_backends", "backend_for", "builtin_backends", "check", "declared", "get_backend"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -36,8 +36,9 @@ _BUILTIN = {
     "process": "openclaw_dask.cluster.local:ProcessBackend",
     "remote": "openclaw_dask.cluster.remote:RemoteBackend",
     "mpi": "openclaw_dask.cluster.mpi:MpiBackend",
+    "cuda": "openclaw_dask.cluster.cuda:CudaBackend",
 }
-_PLANNED = {"cuda": "cuda", "kubernetes": "k8s"}  # name -> extra: part of the product, not in this build yet
+_PLANNED = {"kubernetes": "k8s"}  # name -> extra: part of the product, not in this build yet
 
 
 @functools.cache
@@ -82,13 +83,13 @@ def get_backend(name: str, *, source: str | None = None) -> Backend:
         If its optional dependencies are not installed (names the ``pip install``).
     """
     backend = _resolve(name, source)
-    missing = backend.missing()
-    if missing:
-        what = f"backend {name} needs {', '.join(missing)}, which is not installed"
-        if backend.extra is None:  # a plugin's own dependencies: no openclaw-dask extra brings them
-            raise BackendUnavailable(f"{what}; run: pip install {' '.join(missing)}")
-        raise BackendUnavailable(what, extra=backend.extra)
+    backend.available()
     return backend
+
+
+def declared(name: str, *, source: str | None = None) -> Backend:
+    """The backend ``name`` selects, without asking whether this machine can run it (what it declares)."""
+    return _resolve(name, source)
 
 
 def _resolve(name: str, source: str | None) -> Backend:

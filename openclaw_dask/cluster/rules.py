@@ -29,6 +29,7 @@ def able(capability: str) -> str:
 def check_capabilities(backend: Backend, config: Config) -> None:
     """Refuse the first setting that needs a capability ``backend`` lacks."""
     _check_shape(backend, config)
+    _check_gpu(backend, config)
     _check_services(backend, config)
     _check_comms(backend, config)
 
@@ -51,6 +52,18 @@ def _check_shape(backend: Backend, config: Config) -> None:
     if config.cluster.scheduler_address and cap.owns_cluster:
         raise ConfigError.at(config, "cluster.scheduler_address", f"used only with backend remote (backend is {name})",
                              hint="remove it or set parallel.backend=remote")
+
+
+_GPU_KEYS = {"parallel.memory_pooling": False, "parallel.gpu_memory_fraction": 0.7, "parallel.rdma": False, "gpu.devices": None}
+
+
+def _check_gpu(backend: Backend, config: Config) -> None:
+    if backend.capabilities.gpu:
+        return
+    for key, default in _GPU_KEYS.items():
+        if config.get(key) != default:
+            raise ConfigError.at(config, key, f"applies to GPU workers: backend {able('gpu')} (backend is {backend.name})",
+                                 hint="set parallel.backend=cuda, or remove the key")
 
 
 def _check_services(backend: Backend, config: Config) -> None:

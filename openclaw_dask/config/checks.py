@@ -1,29 +1,21 @@
-"""Checks that span several keys and hold whatever the backend, or refuse what this build cannot run yet.
+"""Checks that span several keys and hold whatever the backend.
 
-A key whose feature is not built yet is accepted only at its default ("off") value;
-any other value is refused with a clear message instead of being ignored. Rules that
-depend on what a backend can do live in that backend's ``check`` (``openclaw_dask.cluster``),
-each rule in one place.
+Rules that depend on what a backend can do live in that backend's ``check``
+(``openclaw_dask.cluster``), each rule in one place.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from openclaw_dask.errors import ConfigError, format_value
+from openclaw_dask.errors import ConfigError
 
 if TYPE_CHECKING:
     from openclaw_dask.config.model import Config
 
-__all__ = ["NOT_YET", "SOCKET_BUFFER_RANGE", "check", "check_bind", "is_loopback"]
+__all__ = ["SOCKET_BUFFER_RANGE", "check", "check_bind", "is_loopback"]
 
-# Keys accepted only at their default until the feature lands; value = default (GPU keys: the cuda backend).
-NOT_YET: dict[str, Any] = {
-    "parallel.memory_pooling": False,
-    "parallel.gpu_memory_fraction": 0.7,
-    "parallel.rdma": False,
-}
 # Below, the kernel's own minimum; above, each connection may hold that much kernel memory.
 SOCKET_BUFFER_RANGE = (4 * 2**10, 256 * 2**20)
 
@@ -55,10 +47,6 @@ def check_bind(config: Config, key: str, address: str) -> None:
 
 def check(config: Config) -> None:
     """Raise :class:`ConfigError` for the first backend-independent combination that cannot run."""
-    for key, default in NOT_YET.items():
-        if config.get(key) != default:
-            raise ConfigError.at(config, key, "not available in this build yet",
-                                 hint=f"remove the key or set it to {format_value(default)}")
     _check_security(config)
     if config.parallel.socket_buffer_size is not None:
         _check_socket_buffers(config)

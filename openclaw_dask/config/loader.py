@@ -221,7 +221,8 @@ def _build(merged: _Layer, dask_cfg: dict[str, Any], file: Path | None) -> Confi
             values[key.dotted] = key.coerce(raw)
         except Invalid as e:
             raise ConfigError(key=key.dotted, value=raw, source=where, allowed=str(e)) from None
-    classes = {"parallel": model.ParallelConfig, "cluster": model.ClusterConfig, "workload": model.WorkloadConfig,
+    classes = {"parallel": model.ParallelConfig, "cluster": model.ClusterConfig, "gpu": model.GpuConfig,
+               "workload": model.WorkloadConfig,
                "elastic": model.ElasticConfig, "fault_tolerance": model.FaultToleranceConfig,
                "monitoring": model.MonitoringConfig, "security": model.SecurityConfig}
     return Config(

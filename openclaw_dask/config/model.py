@@ -64,6 +64,13 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True)
+class GpuConfig:
+    """Which GPUs the cuda backend uses."""
+
+    devices: tuple[int, ...] | None  # None = every visible GPU
+
+
+@dataclass(frozen=True)
 class WorkloadConfig:
     """Parameters of the built-in workloads."""
 
@@ -123,7 +130,7 @@ class Config:
 
     Attributes
     ----------
-    parallel, cluster, workload, elastic, fault_tolerance, monitoring, security
+    parallel, cluster, gpu, workload, elastic, fault_tolerance, monitoring, security
         The typed sections.
     dask
         Passed unchanged to :mod:`dask.config` while a session runs (read-only mapping).
@@ -136,6 +143,7 @@ class Config:
 
     parallel: ParallelConfig
     cluster: ClusterConfig
+    gpu: GpuConfig
     workload: WorkloadConfig
     elastic: ElasticConfig
     fault_tolerance: FaultToleranceConfig

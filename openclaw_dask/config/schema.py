@@ -189,6 +189,22 @@ def _str_list(v: Any) -> tuple[str, ...]:
     raise Invalid("a list of module names or .py files, e.g. [mypackage.setup]")
 
 
+def _devices(v: Any) -> tuple[int, ...] | None:
+    if v == "auto" or v is None:
+        return None
+    if isinstance(v, str):  # from --set or the environment: "0,2"
+        v = [x.strip() for x in v.split(",")]
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = [v]
+    try:
+        out = tuple(int(x) for x in v)
+    except (TypeError, ValueError):
+        out = ()
+    if out and all(i >= 0 for i in out) and len(set(out)) == len(out):
+        return out
+    raise Invalid("auto (every visible GPU) or a list of distinct GPU indices, e.g. [0, 2]")
+
+
 def _dashboard(v: Any) -> str | bool:
     if isinstance(v, bool):
         return v
@@ -267,6 +283,8 @@ KEYS: tuple[Key, ...] = (
     Key("cluster", "local_directory", _local_directory),
     Key("cluster", "max_spill", _max_spill),
     # workload: built-in jobs
+    # gpu: the cuda backend's devices
+    Key("gpu", "devices", _devices),
     Key("workload", "size", _size()),
     Key("workload", "repeat", _int(1)),
     Key("workload", "skew", _ratio),
@@ -293,7 +311,7 @@ KEYS: tuple[Key, ...] = (
     Key("security", "require_encryption", _bool),
 )
 
-TYPED_SECTIONS: tuple[str, ...] = ("parallel", "cluster", "workload", "elastic", "fault_tolerance", "monitoring", "security")
+TYPED_SECTIONS: tuple[str, ...] = ("parallel", "cluster", "gpu", "workload", "elastic", "fault_tolerance", "monitoring", "security")
 SECTIONS: tuple[str, ...] = (*TYPED_SECTIONS, "dask")
 
 _BY_NAME = {k.name: k for k in KEYS}

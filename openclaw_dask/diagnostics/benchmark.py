@@ -201,7 +201,7 @@ def _run_kernel(session: Any, name: str, size: int, repeat: int) -> dict[str, An
                 t0 = time.perf_counter()
                 prepared.execute(session)
                 times.append(time.perf_counter() - t0)
-        arrays = [np.asarray(session.compute(x)) for x in prepared.inputs]
+        arrays = [session.to_numpy(x) for x in prepared.inputs]
         numpy_times = []
         with threadpool_limits(limits=1):  # NumPy on one thread: the baseline the guide's speedups mean
             for _ in range(max(1, min(repeat, 3))):

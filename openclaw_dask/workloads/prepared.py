@@ -46,6 +46,8 @@ class Prepared:
         return session.compute(self.build(*self.inputs))
 
     def matches(self, result: Any, reference: Any) -> bool:
+        if type(result).__module__.startswith("cupy"):  # a CuPy result (backend cuda): compare on the host
+            result = result.get()
         return bool(np.allclose(np.asarray(result), np.asarray(reference), rtol=self.rtol, atol=0))
 
 
@@ -112,7 +114,7 @@ def run_kernel(name: str, session: Any, *, size: int | None = None, repeat: int 
             t0 = time.perf_counter()
             result = prepared.execute(session, progress=progress)
             times.append(time.perf_counter() - t0)
-        arrays = [np.asarray(session.compute(x)) for x in prepared.inputs]
+        arrays = [session.to_numpy(x) for x in prepared.inputs]
         t0 = time.perf_counter()
         with threadpool_limits(limits=1):  # NumPy on one thread, as the benchmark's baseline
             reference = prepared.numpy(*arrays)

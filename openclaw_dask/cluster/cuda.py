@@ -1,0 +1,181 @@
+"""``cuda``: dask-cuda's ``LocalCUDACluster``, one worker process per GPU, CuPy chunks.
+
+The mapping from a config to the cluster's arguments (:func:`gpu_plan`, then
+:meth:`CudaBackend.plan`) is pure: it takes the devices as data, so it is tested with faked
+device lists on any machine. What the keys mean here:
+
+- ``gpu.devices`` (or ``CUDA_VISIBLE_DEVICES``) picks the GPUs; ``workers: auto`` is one per GPU.
+- ``gpu_memory_fraction`` f: each worker's pool (with ``memory_pooling``) and its spill threshold
+  (``device_memory_limit``) are f x that device's memory. Above 0.7 a warning, above 0.95 refused.
+- ``memory_pooling``: an RMM pool on every worker (``rmm_pool_size``) when RMM is installed, else
+  CuPy's own pool limited to the same size; false turns CuPy's default pool off.
+- ``communication: ucx | nccl``: UCX with NVLink; ``rdma`` adds InfiniBand and RDMA-CM.
+- ``batch_size``: at most that many chunks per GPU in flight (root-task queuing's
+  ``worker-saturation``, with one task thread per worker).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from openclaw_dask.cluster.base import Capabilities, Engine
+from openclaw_dask.cluster.gpu import Device, GpuInfo, discover, visible_devices
+from openclaw_dask.cluster.local import ProcessBackend
+from openclaw_dask.errors import ConfigError
+
+if TYPE_CHECKING:
+    from openclaw_dask.config import Config
+
+__all__ = ["FRACTION_ADVISED", "CudaBackend", "GpuPlan", "gpu_plan"]
+
+logger = logging.getLogger("openclaw_dask.cluster")
+
+FRACTION_ADVISED = 0.7  # the guide's advice: gpu_memory_fraction <= 0.7 per process
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """What a cuda session would set up: devices, per-device byte limits, pool, transport."""
+
+    devices: tuple[Device, ...]
+    workers: int
+    fraction: float
+    pool: str | None  # "rmm", "cupy" or None
+    protocol: str
+    rdma: bool
+
+    def limit(self, device: Device) -> int:
+        """Bytes of ``device`` its worker may hold before spilling (and its pool's size)."""
+        return int(self.fraction * device.memory_bytes)
+
+    @property
+    def pool_bytes(self) -> int:
+        """One pool size for every worker: the smallest device's limit (dask-cuda takes one value)."""
+        return min(self.limit(d) for d in self.devices)
+
+    def describe(self) -> list[str]:
+        """Lines for ``openclaw config show``: each device and the limits computed for it."""
+        lines = []
+        for d in self.devices[: self.workers]:
+            pool = f"{self.pool} pool {_gb(self.pool_bytes)}" if self.pool else "no pool"
+            lines.append(f"GPU {d.index} ({d.name}, {_gb(d.memory_bytes)}): {pool}, spill above "
+                         f"{_gb(self.limit(d))} (gpu_memory_fraction {self.fraction:g})")
+        return lines
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def gpu_plan(config: Config, info: GpuInfo, *, rmm: bool, ucx: bool) -> GpuPlan:
+    """The :class:`GpuPlan` of ``config`` on the devices ``info`` lists (pure).
+
+    Raises
+    ------
+    ConfigError
+        No GPU, more workers than GPUs, or a transport that is not installed.
+    """
+    p = config.parallel
+    devices = visible_devices(info.devices, config.gpu.devices)
+    if not devices:
+        raise ConfigError.at(config, "parallel.backend", info.none_found() if not info.devices else
+                             "none of the GPUs is visible (gpu.devices / CUDA_VISIBLE_DEVICES)",
+                             hint=f"this machine has GPUs {[d.index for d in info.devices]}" if info.devices else None)
+    workers = len(devices) if p.workers == "auto" else p.workers
+    if workers > len(devices):
+        raise ConfigError.at(config, "parallel.workers", f"backend cuda runs one worker per GPU, and {len(devices)} "
+                             "GPU(s) are visible", hint="set parallel.workers=auto or list more gpu.devices")
+    wants_ucx = p.communication in ("ucx", "nccl") or p.rdma
+    if wants_ucx and not ucx and (p.rdma or p.communication_strict):
+        key = "parallel.rdma" if p.rdma else "parallel.communication"
+        raise ConfigError.at(config, key, "needs UCX (distributed-ucxx), which is not installed",
+                             hint="pip install distributed-ucxx-cu12, or set communication: tcp and rdma: false")
+    pool = ("rmm" if rmm else "cupy") if p.memory_pooling else None
+    return GpuPlan(devices, workers, p.gpu_memory_fraction, pool, "ucx" if wants_ucx and ucx else "tcp", p.rdma)
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+class CudaBackend(ProcessBackend):
+    """``cuda``: a ``LocalCUDACluster`` on this machine's GPUs; arrays the session makes have CuPy chunks."""
+
+    name = "cuda"
+    capabilities = Capabilities(prometheus=True, tls=True, gpu=True)  # one task thread per GPU: no omp_threads, hybrid
+    why_not = MappingProxyType({"resize": "backend cuda runs one worker per GPU: list the GPUs in gpu.devices instead"})
+    requires = ("distributed", "dask_cuda", "cupy")
+    extra = "cuda"
+    array_backend = "cupy"
+
+    def available(self, config: Config | None = None) -> None:
+        """No GPU is the first thing to say (exit 2, what to check); then the missing packages."""
+        info = discover()
+        if not info.devices:
+            raise ConfigError(f"backend cuda: {info.none_found()}", key="parallel.backend", value="cuda",
+                              source=None if config is None else config.sources.get("parallel.backend"))
+        super().available(config)
+
+    def describe(self, config: Config) -> list[str]:
+        return self.gpu_plan(config).describe()
+
+    def gpu_plan(self, config: Config) -> GpuPlan:
+        return gpu_plan(config, discover(), rmm=_installed("rmm"), ucx=_installed("distributed_ucxx"))
+
+    def check(self, config: Config) -> None:
+        super().check(config)
+        plan = self.gpu_plan(config)
+        if plan.fraction > FRACTION_ADVISED:
+            logger.warning("parallel.gpu_memory_fraction = %g is above the %g the guide advises per process: "
+                           "little room is left for CUDA contexts and libraries", plan.fraction, FRACTION_ADVISED)
+
+    def plan(self, config: Config) -> dict[str, Any]:
+        """The ``LocalCUDACluster`` keyword arguments (nothing is started)."""
+        gp = self.gpu_plan(config)
+        kwargs = super().plan(config)
+        kwargs.pop("processes")
+        kwargs.update(
+            CUDA_VISIBLE_DEVICES=",".join(str(d.index) for d in gp.devices),
+            n_workers=gp.workers,
+            threads_per_worker=1,
+            device_memory_limit=min(gp.limit(d) for d in gp.devices),
+            protocol=gp.protocol if kwargs["protocol"] != "tls" else "tls",
+        )
+        if gp.pool == "rmm":
+            kwargs["rmm_pool_size"] = gp.pool_bytes
+        if gp.protocol == "ucx":
+            kwargs.update(enable_nvlink=True, enable_infiniband=gp.rdma, enable_rdmacm=gp.rdma)
+        return kwargs
+
+    def engine(self, config: Config) -> Engine:
+        gp = self.gpu_plan(config)
+        pool = {"rmm": "an RMM pool", "cupy": "a CuPy pool", None: "no memory pool"}[gp.pool]
+        return Engine("distributed", f"backend cuda: {gp.workers} GPU worker(s), {pool} of "
+                      f"{_gb(gp.pool_bytes)} each, {gp.protocol}", self.task_overhead_s)
+
+    def dask_settings(self, config: Config) -> dict[str, Any]:
+        # dask's own creation functions (da.ones, da.random...) in the session make CuPy chunks too
+        settings = {**super().dask_settings(config), "array.backend": self.array_backend}
+        if config.parallel.batch_size is not None:
+            # One task thread per GPU: the scheduler sends each worker at most batch_size root tasks
+            # (chunks being made or read) at a time, so an array bigger than the device streams through it.
+            settings["distributed.scheduler.worker-saturation"] = float(config.parallel.batch_size)
+        return settings
+
+    def worker_plugins(self, config: Config) -> list[Any]:
+        from openclaw_dask.cluster.plugins import CupyPool
+
+        gp = self.gpu_plan(config)
+        plugins = super().worker_plugins(config)
+        if gp.pool != "rmm":  # RMM's pool is dask-cuda's to set up (rmm_pool_size)
+            plugins.append(CupyPool(gp.pool_bytes if gp.pool == "cupy" else None))
+        return plugins
+
+    def cluster_class(self) -> Any:
+        from dask_cuda import LocalCUDACluster
+
+        return LocalCUDACluster
