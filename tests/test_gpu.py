@@ -72,6 +72,8 @@ def test_the_plan_maps_the_config_onto_local_cuda_cluster(fake_gpus, monkeypatch
     assert "processes" not in kwargs and kwargs["protocol"] == "tcp" and "enable_nvlink" not in kwargs
     one = load_config(None, {"parallel.backend": "cuda", "gpu.devices": [1]})
     assert cuda.CudaBackend().plan(one)["CUDA_VISIBLE_DEVICES"] == "1"
+    first = cuda.CudaBackend().plan(load_config(None, {"parallel.backend": "cuda", "parallel.workers": 1}))
+    assert (first["CUDA_VISIBLE_DEVICES"], first["n_workers"]) == ("0", 1)
 
 
 def test_pools_rmm_then_cupy_then_none(fake_gpus):
@@ -189,7 +191,7 @@ def test_chunks_are_cupy_and_pools_and_limits_are_on_every_worker(gpu_session):
     seen = gpu_session.client.run(_pool_and_limit)
     assert len(seen) == plan.workers
     for pool, limit, spill in seen.values():
-        assert pool == plan.pool and spill == min(plan.limit(d) for d in plan.devices)
+        assert pool == plan.pool and spill == plan.pool_bytes
         assert plan.pool == "rmm" or limit == plan.pool_bytes
 
 

@@ -53,14 +53,19 @@ class GpuPlan:
         return int(self.fraction * device.memory_bytes)
 
     @property
+    def used(self) -> tuple[Device, ...]:
+        """The devices that get a worker: the first ``workers`` visible ones."""
+        return self.devices[: self.workers]
+
+    @property
     def pool_bytes(self) -> int:
-        """One pool size for every worker: the smallest device's limit (dask-cuda takes one value)."""
-        return min(self.limit(d) for d in self.devices)
+        """One size for every worker's pool and spill threshold: the smallest device's limit (dask-cuda takes one value)."""
+        return min(self.limit(d) for d in self.used)
 
     def describe(self) -> list[str]:
         """Lines for ``openclaw config show``: each device and the limits computed for it."""
         lines = []
-        for d in self.devices[: self.workers]:
+        for d in self.used:
             pool = f"{self.pool} pool {_gb(self.pool_bytes)}" if self.pool else "no pool"
             lines.append(f"GPU {d.index} ({d.name}, {_gb(d.memory_bytes)}): {pool}, spill above "
                          f"{_gb(self.limit(d))} (gpu_memory_fraction {self.fraction:g})")
@@ -139,10 +144,10 @@ class CudaBackend(ProcessBackend):
         kwargs = super().plan(config)
         kwargs.pop("processes")
         kwargs.update(
-            CUDA_VISIBLE_DEVICES=",".join(str(d.index) for d in gp.devices),
+            CUDA_VISIBLE_DEVICES=",".join(str(d.index) for d in gp.used),
             n_workers=gp.workers,
             threads_per_worker=1,
-            device_memory_limit=min(gp.limit(d) for d in gp.devices),
+            device_memory_limit=gp.pool_bytes,
             protocol=gp.protocol if kwargs["protocol"] != "tls" else "tls",
         )
         if gp.pool == "rmm":
@@ -153,9 +158,9 @@ class CudaBackend(ProcessBackend):
 
     def engine(self, config: Config) -> Engine:
         gp = self.gpu_plan(config)
-        pool = {"rmm": "an RMM pool", "cupy": "a CuPy pool", None: "no memory pool"}[gp.pool]
-        return Engine("distributed", f"backend cuda: {gp.workers} GPU worker(s), {pool} of "
-                      f"{_gb(gp.pool_bytes)} each, {gp.protocol}", self.task_overhead_s)
+        pool = f"{'an RMM' if gp.pool == 'rmm' else 'a CuPy'} pool of {_gb(gp.pool_bytes)} each" if gp.pool else "no memory pool"
+        return Engine("distributed", f"backend cuda: {gp.workers} GPU worker(s), {pool}, spill above "
+                      f"{_gb(gp.pool_bytes)}, {gp.protocol}", self.task_overhead_s)
 
     def dask_settings(self, config: Config) -> dict[str, Any]:
         # dask's own creation functions (da.ones, da.random...) in the session make CuPy chunks too

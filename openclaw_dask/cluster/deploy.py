@@ -107,12 +107,12 @@ def _deployed(config: Config) -> Backend:
 def _gpu_worker(config: Config, backend: Any) -> tuple[list[str], dict[str, str]]:
     """``dask cuda worker`` options and environment: one worker per GPU, its limits and transport."""
     gp = backend.gpu_plan(config)
-    argv = ["--nthreads", "1", "--device-memory-limit", str(min(gp.limit(d) for d in gp.devices))]
+    argv = ["--nthreads", "1", "--device-memory-limit", str(gp.pool_bytes)]
     if gp.pool == "rmm":
         argv += ["--rmm-pool-size", str(gp.pool_bytes)]
     if gp.protocol == "ucx":
         argv += ["--protocol", "ucx", "--enable-nvlink", *(["--enable-infiniband", "--enable-rdmacm"] if gp.rdma else [])]
-    return argv, {"CUDA_VISIBLE_DEVICES": ",".join(str(d.index) for d in gp.devices[: gp.workers])}
+    return argv, {"CUDA_VISIBLE_DEVICES": ",".join(str(d.index) for d in gp.used)}
 
 
 def scheduler_command(config: Config, *, port: int | None = None, scheduler_file: str | None = None) -> Command:

@@ -115,7 +115,7 @@ def _shape(config: Config) -> tuple[int, int]:
 # -- launch: openclaw starts mpiexec ------------------------------------------------------
 
 
-def _launcher() -> tuple[str, str]:
+def find_launcher() -> tuple[str, str]:
     """``(path, flavour)`` of the MPI launcher: the one beside this Python first (pip's mpich).
 
     MPICH's fork-only ``mpiexec.gforker`` is preferred on one host: unlike hydra's
@@ -157,7 +157,7 @@ def _launch(backend: MpiBackend, config: Config) -> RunningCluster:
     workers, threads = _shape(config)
     host = bind_host(config)
     iface = interface_of(host)
-    launcher, flavour = _launcher()
+    launcher, flavour = find_launcher()
     workdir = Path(tempfile.mkdtemp(prefix="openclaw-mpi-"))
     scheduler_file = workdir / "scheduler.json"
     # the ranks spill into the job's own folder (removed with it) unless the config names one
