@@ -81,6 +81,15 @@ def test_a_failed_batch_names_its_index_and_stage_and_stops_the_stream(s):
     assert got == [[4 * i, 4 * i + 2] for i in range(6)]  # the batches before it, in order; nothing after
 
 
+def test_a_consumer_that_stops_early_cancels_the_batches_in_flight(s):
+    flow = pipeline(s, [double, total], range(1000), batch_size=1, in_flight=4)
+    for result in flow:
+        assert result == 0
+        break
+    assert flow.batches == 1 and flow.wall_s > 0  # the stream ended (its finally ran), one batch taken
+    assert list(pipeline(s, [double], range(4), batch_size=2)) == [[0, 2], [4, 6]]  # the engine still works
+
+
 def test_pinning_a_stage_needs_distributed_workers():
     with start() as s, pytest.raises(OpenclawError, match="needs distributed workers.*parallel.engine=distributed"):
         list(pipeline(s, [Stage(double, workers=["tcp://127.0.0.1:1"])], range(4), batch_size=2))

@@ -90,6 +90,9 @@ class _Pool(Tasks):
         out: cf.Future[Any] = cf.Future()
 
         def start(done: cf.Future[Any]) -> None:  # in the thread that finished ``after``: queue, never run here
+            if done.cancelled():
+                out.cancel()
+                return
             if not out.set_running_or_notify_cancel():
                 return
             if done.exception() is not None:
@@ -119,7 +122,9 @@ class _Inline(Tasks):
 
 
 def _copy(source: cf.Future[Any], target: cf.Future[Any]) -> None:
-    if source.exception() is not None:
+    if source.cancelled():  # the pool shut down under it: the chained future must still end
+        target.set_exception(cf.CancelledError())
+    elif source.exception() is not None:
         target.set_exception(source.exception())
     else:
         target.set_result(source.result())
