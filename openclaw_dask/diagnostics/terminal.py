@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["print_profile", "print_run_summary", "recovery_line"]
+__all__ = ["print_profile", "print_run_summary", "print_tune", "recovery_line"]
 
 
 def _b(n: float) -> str:
@@ -118,3 +118,25 @@ def print_profile(report: Any) -> None:
                       "tasks long enough to amortise scheduling")
     for v in report.verdicts:
         console.print(f"[bold yellow]{v.kind}[/]: {v.summary}\n  [bold]fix:[/] {v.fix}")
+
+
+def print_tune(result: Any) -> None:
+    """The ranking of ``openclaw tune``: median and min-max of each configuration tried, then why the winner won."""
+    from rich.box import SIMPLE_HEAD
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"openclaw tune {result.workload}: {result.spent_s:.0f} s of a {result.budget_s:.0f} s budget", box=SIMPLE_HEAD)
+    for col in ("rank", "configuration", "runs", "median", "min-max", "vs current"):
+        table.add_column(col, justify="left" if col == "configuration" else "right", overflow="fold")
+    base = result.baseline.median_s
+    for i, t in enumerate(result.trials, 1):
+        if not t.times:
+            table.add_row(str(i), escape(t.label), "0", "-", "-", escape(t.error or "not reached in the budget"))
+            continue
+        table.add_row(str(i), escape(t.label), str(len(t.times)), _t(t.median_s), f"{_t(min(t.times))}-{_t(max(t.times))}",
+                      f"{base / t.median_s:.2f}x")
+    console = _console()
+    console.print(table)
+    console.print(f"[bold]winner[/]: {escape(result.why())}")
+

@@ -1,0 +1,58 @@
+"""``openclaw tune``: measure configurations of this machine for one workload or script; --write the fastest."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from openclaw_dask.cli._app import friendly, load, resolve_target, target_options, writable_parent
+from openclaw_dask.errors import ConfigError
+
+__all__ = ["tune"]
+
+
+@target_options
+@click.option("--budget", default="120s", show_default=True, help="Time for the trials, e.g. 60s or 5m.")
+@click.option("--write", "write_path", type=click.Path(dir_okay=False), default=None, metavar="TUNED.yaml",
+              help="Write the config with the winner's keys set (checked as `config validate` would).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+@friendly
+def tune(target: str, script_args: tuple[str, ...], config_path: str | None, sets: tuple[str, ...], size: str | None,
+         budget: str, write_path: str | None, as_json: bool) -> None:
+    """Find a fast backend, worker shape and chunk size for a workload or script, by measuring.
+
+    Successive halving over thread/process backends, workers, threads per worker and
+    task_chunk_size, seeded from this machine's cores and the current config; every
+    finalist gets several runs. Prints the ranking and why the winner won.
+    """
+    from dask.utils import parse_timedelta
+
+    from openclaw_dask.diagnostics.fixes import write_fixed
+    from openclaw_dask.diagnostics.tune import tune as run_tune
+    from openclaw_dask.diagnostics.tune import tuned_config
+    from openclaw_dask.progress import status
+
+    resolve_target(target, script_args)
+    writable_parent(write_path)
+    try:
+        seconds = parse_timedelta(budget, default="s")
+    except (ValueError, KeyError):
+        raise ConfigError(f"--budget {budget}: not a duration; use e.g. 60s or 5m") from None
+    cfg = load(config_path, sets, size)
+    with status("openclaw tune", show=not as_json and sys.stderr.isatty()) as say:
+        result = run_tune(cfg, target, script_args=script_args, budget_s=seconds, say=say)
+    out = result.to_dict()
+    if write_path:
+        write_fixed(tuned_config(cfg, result), write_path)
+        out["written"] = str(Path(write_path).resolve())
+    if as_json:
+        click.echo(json.dumps(out, default=str))
+        return
+    from openclaw_dask.diagnostics.terminal import print_tune
+
+    print_tune(result)
+    if write_path:
+        click.echo(f"wrote {out['written']}")
