@@ -37,6 +37,12 @@ def test_successive_halving_ranks_by_median_and_confirms_the_winner():
     assert "median" in result.why()
 
 
+def test_the_caller_s_settings_hold_in_every_trial_the_current_config_too():
+    cfg = load_config(None, {**SMALL, "parallel.task_chunk_size": "1MiB"}, override_label="--set")
+    result = tune(cfg, "array-sum", budget_s=0, space=[{"parallel.task_chunk_size": "4MiB"}])
+    assert result.baseline.error is None and len(result.baseline.times) >= MIN_SAMPLES
+
+
 def test_a_spent_budget_stops_the_trials_but_still_confirms_the_leader():
     cfg = load_config(None, SMALL, override_label="--set")
     space = [{"parallel.task_chunk_size": f"{2 ** i}MiB"} for i in range(6)]

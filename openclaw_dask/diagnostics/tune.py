@@ -25,6 +25,7 @@ FINAL_SAMPLES = 5
 MIN_SAMPLES = 3  # the fewest samples a winner may have
 RUNGS = (1, MIN_SAMPLES, FINAL_SAMPLES)  # samples a candidate has after each rung
 KEEP = 3  # each rung keeps the best 1/KEEP (at least two)
+CONFIRM_SHARE = 0.2  # of the budget kept for confirming the leader and the current config
 CHUNKS = ("auto", "16MiB", "128MiB")
 
 
@@ -69,6 +70,10 @@ class TuneResult:
 
     def why(self) -> str:
         w, b = self.winner, self.baseline
+        if not w.times:
+            return f"no configuration ran: {w.error or 'the budget ran out'}"
+        if not b.times:
+            return f"{w.label}: median {w.median_s * 1e3:.1f} ms over {len(w.times)} runs; the current config did not run ({b.error})"
         if w is b:
             return f"the current config was fastest: median {w.median_s * 1e3:.1f} ms over {len(w.times)} runs"
         spread = f"{min(w.times) * 1e3:.1f}-{max(w.times) * 1e3:.1f} ms"
@@ -131,7 +136,7 @@ def measure(config: Any, target: str, overrides: dict[str, Any], samples: int, s
 
 def _run_overrides(config: Any) -> dict[str, Any]:
     """What the caller set on top of the file (--set, --size): every trial keeps it, under the tuned keys."""
-    return {k: config.get(k) for k, src in config.sources.items() if src.startswith("--set")}
+    return {k: src.partition("=")[2] for k, src in config.sources.items() if src.startswith("--set ")}  # as typed
 
 
 def tune(config: Any, target: str = "array-sum", *, script_args: tuple[str, ...] = (), budget_s: float = 120.0,
@@ -146,8 +151,8 @@ def tune(config: Any, target: str = "array-sum", *, script_args: tuple[str, ...]
     target
         A built-in workload (its measured step: the timed sums or runs) or a script (one run).
     budget_s
-        Trials stop once it is spent; the leader and the current config are then confirmed with
-        :data:`MIN_SAMPLES` samples each, which may take a little longer.
+        Trials stop when all but :data:`CONFIRM_SHARE` of it is spent; the rest confirms the leader
+        and the current config with :data:`MIN_SAMPLES` samples each (which may run a little over).
     space
         Override dicts to search instead of :func:`candidates` (tests, benchmarks).
     """
@@ -168,9 +173,10 @@ def tune(config: Any, target: str = "array-sum", *, script_args: tuple[str, ...]
         except Exception as e:  # noqa: BLE001  (a configuration that cannot run is a result, not a crash)
             trial.error = f"{type(e).__name__}: {e}"
 
+    trials_until = (1 - CONFIRM_SHARE) * budget_s
     for rung, samples in enumerate(RUNGS):
         for i, trial in enumerate(alive):
-            if time.perf_counter() - t0 > budget_s:
+            if time.perf_counter() - t0 > trials_until:
                 break
             run(trial, samples, f"rung {rung + 1}/{len(RUNGS)}, trial {i + 1}/{len(alive)}")
         ranked = sorted((t for t in alive if t.times), key=lambda t: t.median_s)
