@@ -48,10 +48,14 @@ def sweep(config, target: str, grid: list[dict]) -> tuple[list[Trial], float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="openclaw-tune-"))
-    script = folder / "skewed.py"
-    script.write_text(SKEWED)
-    cases = [("array-sum", {"workload.size": 256 * 2**20}), ("matmul", {"workload.size": 128 * 2**20}), (str(script), {})]
+    with tempfile.TemporaryDirectory(prefix="openclaw-tune-") as folder:
+        script = Path(folder) / "skewed.py"
+        script.write_text(SKEWED)
+        compare([("array-sum", {"workload.size": 256 * 2**20}), ("matmul", {"workload.size": 128 * 2**20}), (str(script), {})])
+
+
+def compare(cases: list[tuple[str, dict]]) -> None:
+    """One table row per workload: the sweep's best, tune's pick, and what each took."""
     print("| workload | sweep: best (median) | sweep time | tune's pick | its sweep median | of best | tune time | of sweep time |")
     print("|---|---|---|---|---|---|---|---|")
     for target, sets in cases:
