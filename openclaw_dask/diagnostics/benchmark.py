@@ -183,8 +183,6 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 
 def _run_kernel(session: Any, name: str, size: int, repeat: int) -> dict[str, Any]:
-    from threadpoolctl import threadpool_limits
-
     from openclaw_dask.diagnostics.analysis import analyze
     from openclaw_dask.diagnostics.collect import collect
     from openclaw_dask.workloads.suite import KERNELS
@@ -196,18 +194,8 @@ def _run_kernel(session: Any, name: str, size: int, repeat: int) -> dict[str, An
         # (else the first timed run pays the page faults, seen as a 2-4x outlier on big kernels).
         prepared.execute(session)
         with collect(session) as record:
-            times = []
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                prepared.execute(session)
-                times.append(time.perf_counter() - t0)
-        arrays = [session.to_numpy(x) for x in prepared.inputs]
-        numpy_times = []
-        with threadpool_limits(limits=1):  # NumPy on one thread: the baseline the guide's speedups mean
-            for _ in range(max(1, min(repeat, 3))):
-                t0 = time.perf_counter()
-                reference = prepared.numpy(*arrays)
-                numpy_times.append(time.perf_counter() - t0)
+            _, times = prepared.timed(session, repeat)
+        reference, numpy_times = prepared.reference(session, runs=max(1, min(repeat, 3)))
     finally:
         prepared.close()
     median = statistics.median(times)
@@ -217,7 +205,7 @@ def _run_kernel(session: Any, name: str, size: int, repeat: int) -> dict[str, An
     report = analyze(record, chunk_hint=chunk)
     return {
         "workload": name,
-        "ok": prepared.matches(result, reference),
+        "ok": prepared.matches(session, result, reference),
         "median_s": median,
         "min_s": min(times),
         "max_s": max(times),

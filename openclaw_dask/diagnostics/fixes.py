@@ -63,6 +63,12 @@ def merge_overrides(verdicts: Iterable[Any]) -> dict[str, tuple[Any, str]]:
     return merged
 
 
+def base_text(config: Any) -> tuple[Path | None, str]:
+    """The file ``config`` was read from and its text; ``(None, the packaged defaults)`` without one."""
+    base = Path(config.path) if config.path else None
+    return base, base.read_text("utf-8") if base else default_config_text()
+
+
 def fix_config(config: Any, run_overrides: Mapping[str, Any], verdicts: Iterable[Any]) -> FixedConfig:
     """The config file ``config`` was read from, with the run's overrides and the verdicts' fixes applied.
 
@@ -79,8 +85,7 @@ def fix_config(config: Any, run_overrides: Mapping[str, Any], verdicts: Iterable
     """
     wanted = {_dotted(k): (v, "--set") for k, v in run_overrides.items()}
     wanted.update(merge_overrides(verdicts))
-    base = Path(config.path) if config.path else None
-    text = base.read_text("utf-8") if base else default_config_text()
+    base, text = base_text(config)
     fixed = apply_overrides(text, {k: v for k, (v, _) in wanted.items()})
     changes = [Change(k, v, _before(config, k), why) for k, (v, why) in wanted.items()]
     return FixedConfig(fixed, base, changes)

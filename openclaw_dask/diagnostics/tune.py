@@ -3,9 +3,9 @@
 The search space is the local engine's shape: ``parallel.backend`` (thread, process), workers,
 threads per worker process (``omp_threads``, or ``hybrid``) and ``task_chunk_size``, seeded from
 this machine's cores and the current config. The strategy is successive halving: every candidate
-runs once, the best third runs again with more samples, and so on; the finalists and the current
-config get at least :data:`FINAL_SAMPLES` samples each, so no winner rests on one noisy sample.
-Trials stop when the budget is spent; what was measured is ranked by its median.
+runs once, the best third runs again with 3 samples, then 5. Trials stop at most of the budget;
+the leader and the current config are then confirmed with :data:`MIN_SAMPLES` samples each, so
+no winner rests on one noisy sample. What was measured is ranked by its median.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
-from pathlib import Path
 from typing import Any
 
 __all__ = ["FINAL_SAMPLES", "MIN_SAMPLES", "Trial", "TuneResult", "candidates", "measure", "tune", "tuned_config"]
@@ -186,18 +185,16 @@ def tune(config: Any, target: str = "array-sum", *, script_args: tuple[str, ...]
     for trial in dict.fromkeys([leader, baseline]):
         run(trial, MIN_SAMPLES, "confirming")
     measured = [t for t in everyone if t.times]
-    most = min(FINAL_SAMPLES, max(len(t.times) for t in measured))
-    trials = sorted(measured, key=lambda t: (len(t.times) < min(most, MIN_SAMPLES), t.median_s))
+    enough = min(MIN_SAMPLES, max((len(t.times) for t in measured), default=0))  # fewer samples rank below
+    trials = sorted(measured, key=lambda t: (len(t.times) < enough, t.median_s))
     return TuneResult(target, trials + [t for t in everyone if not t.times], baseline, budget_s, time.perf_counter() - t0)
 
 
 def tuned_config(config: Any, result: TuneResult) -> Any:
     """The config file's text with the winner's keys set, headed by a comment naming the workload and the date."""
-    from openclaw_dask.config import default_config_text
-    from openclaw_dask.diagnostics.fixes import Change, FixedConfig, apply_overrides
+    from openclaw_dask.diagnostics.fixes import Change, FixedConfig, apply_overrides, base_text
 
-    base = Path(config.path) if config.path else None
-    text = base.read_text("utf-8") if base else default_config_text()
+    base, text = base_text(config)
     keys = result.winner.overrides
     head = f"# tuned by `openclaw tune {result.workload}` on {date.today().isoformat()}: {result.why()}\n"
     changes = [Change(k, v, config.get(k), "tune") for k, v in keys.items()]

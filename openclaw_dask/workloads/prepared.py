@@ -45,10 +45,32 @@ class Prepared:
             return self.run(progress)
         return session.compute(self.build(*self.inputs))
 
-    def matches(self, result: Any, reference: Any) -> bool:
-        if type(result).__module__.startswith("cupy"):  # a CuPy result (backend cuda): compare on the host
-            result = result.get()
-        return bool(np.allclose(np.asarray(result), np.asarray(reference), rtol=self.rtol, atol=0))
+    def timed(self, session: Any, repeat: int, *, progress: bool = False) -> tuple[Any, list[float]]:
+        """The last of ``repeat`` runs' results, and the seconds of each run."""
+        result, times = None, []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            result = self.execute(session, progress=progress)
+            times.append(time.perf_counter() - t0)
+        return result, times
+
+    def reference(self, session: Any, runs: int = 1) -> tuple[Any, list[float]]:
+        """NumPy's answer on host copies of the inputs, on one thread (the baseline the guide's speedups mean),
+        and the seconds of each of ``runs`` runs."""
+        from threadpoolctl import threadpool_limits
+
+        arrays = [session.to_numpy(x) for x in self.inputs]
+        answer, times = None, []
+        with threadpool_limits(limits=1):
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                answer = self.numpy(*arrays)
+                times.append(time.perf_counter() - t0)
+        return answer, times
+
+    def matches(self, session: Any, result: Any, reference: Any) -> bool:
+        """``result`` (brought to the host: CuPy on backend cuda) equals ``reference`` within ``rtol``."""
+        return bool(np.allclose(session.to_numpy(result), np.asarray(reference), rtol=self.rtol, atol=0))
 
 
 @dataclass(frozen=True)
@@ -97,8 +119,6 @@ def _chunks_text(inputs: tuple[Any, ...]) -> str:
 def run_kernel(name: str, session: Any, *, size: int | None = None, repeat: int | None = None,
                progress: bool = False) -> WorkloadResult:
     """Run the suite kernel ``name`` ``repeat`` times in ``session`` and check it against NumPy."""
-    from threadpoolctl import threadpool_limits
-
     from openclaw_dask.workloads.memory import require_memory
     from openclaw_dask.workloads.suite import KERNELS
 
@@ -109,17 +129,9 @@ def run_kernel(name: str, session: Any, *, size: int | None = None, repeat: int 
     before, t_start = session.recovery(), time.perf_counter()
     prepared = KERNELS[name](session, size)
     try:
-        times, result = [], None
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            result = prepared.execute(session, progress=progress)
-            times.append(time.perf_counter() - t0)
-        arrays = [session.to_numpy(x) for x in prepared.inputs]
-        t0 = time.perf_counter()
-        with threadpool_limits(limits=1):  # NumPy on one thread, as the benchmark's baseline
-            reference = prepared.numpy(*arrays)
-        numpy_s = time.perf_counter() - t0
-        ok = prepared.matches(result, reference)
+        result, times = prepared.timed(session, repeat, progress=progress)
+        reference, (numpy_s,) = prepared.reference(session)
+        ok = prepared.matches(session, result, reference)
         rows = tuple(prepared.details())
     finally:
         prepared.close()
