@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import socket
 from typing import TYPE_CHECKING
 
 from openclaw_dask.config.checks import check_bind, is_loopback
@@ -13,7 +14,7 @@ if TYPE_CHECKING:
     from openclaw_dask.cluster.base import Backend
     from openclaw_dask.config import Config
 
-__all__ = ["bind_host", "dashboard_address", "http_address", "http_host", "interface_of", "protocol"]
+__all__ = ["bind_host", "dashboard_address", "http_address", "http_host", "interface_of", "interfaces", "protocol"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -23,17 +24,26 @@ def bind_host(config: Config) -> str:
     iface = config.parallel.network_interface
     if iface is None:
         return config.cluster.host
-    import psutil
     from distributed.utils import get_ip_interface
 
     try:
         address = get_ip_interface(iface)
     except ValueError:
-        names = ", ".join(sorted(psutil.net_if_addrs()))
         raise ConfigError.at(config, "parallel.network_interface", "no such interface with an IPv4 address",
-                             hint=f"this machine has: {names}") from None
+                             hint=f"this machine has: {interfaces()}") from None
     check_bind(config, "parallel.network_interface", address)
     return address
+
+
+def interfaces() -> str:
+    """This machine's network interfaces with their IPv4 addresses: ``eth0 (10.0.0.5), lo (127.0.0.1)``."""
+    import psutil
+
+    out = []
+    for name, addrs in sorted(psutil.net_if_addrs().items()):
+        ipv4 = [a.address for a in addrs if a.family == socket.AF_INET]
+        out.append(f"{name} ({', '.join(ipv4)})" if ipv4 else name)
+    return ", ".join(out)
 
 
 def http_host(config: Config, host: str) -> str:

@@ -162,28 +162,23 @@ def check_gpu(config: Any) -> list[Check]:
     return rows
 
 
-def _interface_address(name: str) -> str | None:
-    for addr in psutil.net_if_addrs().get(name, []):
-        if addr.family == socket.AF_INET:
-            return addr.address
-    return None
-
-
 def check_network(config: Any) -> list[Check]:
+    from openclaw_dask.cluster.network import bind_host
+    from openclaw_dask.errors import ConfigError
+
     p, rows = config.parallel, []
     if p.communication in ("ucx", "nccl") or p.rdma:
         ucx = importlib.util.find_spec("distributed_ucxx") is not None
         rows.append(Check("comms", "ok" if ucx else ("fail" if p.rdma or p.communication_strict else "warn"),
                           f"UCX {'installed' if ucx else 'is not installed'} (communication {p.communication})",
                           "" if ucx else "pip install distributed-ucxx-cu12, or communication: tcp (falls back to tcp otherwise)"))
-    host = config.cluster.host
+    try:
+        host = bind_host(config)  # the address a session binds: the interface's, or cluster.host
+    except ConfigError as e:
+        rows.append(Check("interface", "fail", f"network interface {p.network_interface}: {e.message} (no port check "
+                          "without it)", e.hint or ""))
+        return rows + _tls_check(config)
     if p.network_interface is not None:
-        host = _interface_address(p.network_interface)
-        if host is None:
-            names = ", ".join(f"{n} ({a})" if (a := _interface_address(n)) else n for n in psutil.net_if_addrs())
-            rows.append(Check("interface", "fail", f"network interface {p.network_interface} does not exist or has no "
-                              "IPv4 address (no port check without it)", f"use one of: {names}"))
-            return rows + _tls_check(config)
         rows.append(Check("interface", "ok", f"{p.network_interface} has address {host}"))
     rows.append(_port_check(config, host))
     return rows + _tls_check(config)
