@@ -127,15 +127,18 @@ def read_many(session: Any, paths: Sequence[str | Path], *, format: str | None =
     paths = [str(p) for p in paths]
     fmt = reader_for(paths[0], format).name
     opts = _hashable(options)
-    shapes = [_reader(fmt, p).describe(p, **options)[0] for p in paths]
-    rest, dtype = shapes[0][1:], _reader(fmt, paths[0]).describe(paths[0], **options)[1]
+    rows = []
+    for p in paths:  # each file's header, read once
+        shape, dtype = _reader(fmt, p).describe(p, **options)
+        rows.append(shape[0])
+    rest = shape[1:]  # the columns of every file (np.concatenate refuses files whose columns differ)
     buffer = session.config.parallel.fusion_buffer_size if buffer is None else buffer
-    lengths = merge_chunks([s[0] for s in shapes], dtype.itemsize * math.prod(rest), buffer)
+    lengths = merge_chunks(rows, dtype.itemsize * math.prod(rest), buffer)
     groups, start = [], 0
     for length in lengths:  # the files whose rows make up each merged block
         end, taken = start, 0
         while taken < length:
-            taken, end = taken + shapes[end][0], end + 1
+            taken, end = taken + rows[end], end + 1
         groups.append(tuple(paths[start:end]))
         start = end
     name = f"read-many-{fmt}-{tokenize(paths, opts, lengths)}"

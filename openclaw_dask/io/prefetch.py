@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Prefetcher", "prefetcher", "stats"]
+__all__ = ["Prefetcher", "Stats", "prefetcher"]
 
 MAX_OPEN = 4  # prefetchers (arrays) kept per process; the oldest is shut down
 
@@ -93,8 +93,3 @@ def prefetcher(key: Hashable, read: Callable[[int], Any], n: int, depth: int) ->
         _OPEN.move_to_end(key)
         return p
 
-
-def stats(key: Hashable) -> Stats | None:
-    """The read counts of ``key``'s prefetcher in this process, if it has one."""
-    p = _OPEN.get(key)
-    return None if p is None else p.stats
