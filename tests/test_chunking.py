@@ -41,6 +41,8 @@ def test_data_splits_rows_model_splits_columns():
     assert data.chunks == ((500,) * 8, (1000,))
     assert model.chunks == ((4000,), (125,) * 8)
     assert data.chunk_bytes == model.chunk_bytes == 8 * 1000 * 500
+    # pipeline streams micro-batches of samples: its arrays are laid out as data's
+    assert plan_chunks(shape, "f8", task_chunk_size=size, strategy="pipeline").chunks == data.chunks
 
 
 def test_row_bigger_than_target_splits_the_next_axis():
