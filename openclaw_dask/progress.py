@@ -1,13 +1,17 @@
-"""Progress bars for long work: on the terminal only, never in ``--json`` output."""
+"""Progress bars for long work (on the terminal only, never in ``--json`` output), and the phases of a run
+that are not the run itself (:func:`aside`)."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["bar", "status", "track_persist"]
+__all__ = ["aside", "bar", "status", "track_persist", "watch_aside"]
+
+_WATCHERS: list[Callable[[str, float], None]] = []
 
 
 @contextmanager
@@ -55,3 +59,28 @@ def status(label: str, *, show: bool) -> Iterator[Any]:
 
     with Console(stderr=True).status(label, spinner="dots") as spinner:
         yield lambda message: spinner.update(f"{label}: {message}")
+
+
+@contextmanager
+def aside(label: str) -> Iterator[None]:
+    """Mark client-side work that is not part of the run (checking its answer against NumPy).
+
+    Each :func:`watch_aside` callback gets ``(label, seconds)`` when the block ends; the profiler
+    leaves that time out of the run's time outside tasks.
+    """
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        for watch in _WATCHERS.copy():  # a callback may stop watching
+            watch(label, time.perf_counter() - t0)
+
+
+@contextmanager
+def watch_aside(callback: Callable[[str, float], None]) -> Iterator[None]:
+    """Call ``callback(label, seconds)`` for each :func:`aside` block that ends inside this one."""
+    _WATCHERS.append(callback)
+    try:
+        yield
+    finally:
+        _WATCHERS.remove(callback)

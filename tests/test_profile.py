@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from pathlib import Path
 
+import dask
+import dask.array as da
 import pytest
 from click.testing import CliRunner
 from dask.utils import parse_bytes
@@ -13,8 +16,9 @@ from dask.utils import parse_bytes
 import openclaw_dask
 from openclaw_dask.cli import main
 from openclaw_dask.config import load_config
-from openclaw_dask.diagnostics.analysis import analyze
-from openclaw_dask.diagnostics.collect import RunRecord, TaskRecord, WorkerRecord
+from openclaw_dask.diagnostics.analysis import _busy_union, _makespan, analyze
+from openclaw_dask.diagnostics.calibrate import expected_kinds, judge
+from openclaw_dask.diagnostics.collect import RunRecord, TaskRecord, WorkerRecord, layouts_of
 from openclaw_dask.diagnostics.fixes import FixedConfig, apply_overrides, write_fixed
 from openclaw_dask.diagnostics.profile import profile
 from openclaw_dask.errors import ConfigError
@@ -94,6 +98,10 @@ def test_transfer_bound_script_is_found(tmp_path):
     assert sum(w.bytes_in for w in result.report.workers) >= 64 * MiB
 
 
+def _kind(report, kind):
+    return [v for v in report.verdicts if v.kind == kind]
+
+
 def _record(**workers):
     record = RunRecord(backend="process", start=0.0, stop=1.0)
     for name, (peak, limit, spilled) in workers.items():
@@ -106,14 +114,14 @@ def test_memory_pressure_from_peak_or_spill():
     report = analyze(_record(a=(900 * MiB, 1000 * MiB, 0), b=(100 * MiB, 1000 * MiB, 0), c=(100 * MiB, 1000 * MiB, 5 * MiB)))
     named = sorted(v.evidence["worker"] for v in report.verdicts if v.kind == "memory-pressure")
     assert named == ["a", "c"]
-    assert all("cluster.memory_limit" in v.fix and v.overrides == {} for v in report.verdicts)  # chunk size unknown
+    assert all("cluster.memory_limit" in v.fix and v.overrides == {} for v in _kind(report, "memory-pressure"))  # chunk size unknown
 
 
 def test_memory_pressure_halves_chunks_only_when_they_fill_memory():
     record = _record(a=(900 * MiB, 1000 * MiB, 0))
-    (big,) = analyze(record, chunk_hint=64 * MiB).verdicts  # 2 x 64 MiB in flight: a real share of 1000 MiB
+    (big,) = _kind(analyze(record, chunk_hint=64 * MiB), "memory-pressure")  # 2 x 64 MiB in flight: a real share of 1000 MiB
     assert big.overrides == {"parallel.task_chunk_size": "32MiB"} and "to 32MiB" in big.fix
-    (small,) = analyze(record, chunk_hint=MiB).verdicts  # 2 MiB in flight cannot be what fills it
+    (small,) = _kind(analyze(record, chunk_hint=MiB), "memory-pressure")  # 2 MiB in flight cannot be what fills it
     assert small.overrides == {}
 
 
@@ -193,9 +201,11 @@ def test_collector_leaves_the_scheduler_as_it_found_it():
         before = s.client.run_on_scheduler(plugins)
         x = s.persist(s.array((1000,), fill="ones"))
         with collect(s) as record:
+            assert dask.config.get("array_optimize") is not None  # the layout probe
             assert s.compute(x.sum()) == 1000
-        assert record.tasks
-        assert s.client.run_on_scheduler(plugins) == before  # the task-stream plugin is gone again
+        assert record.tasks and record.layouts and record.graphs >= 1
+        assert s.client.run_on_scheduler(plugins) == before  # the task-stream and input plugins are gone again
+        assert dask.config.get("array_optimize", None) is None
 
 
 def test_cli_apply_fix_on_planted_tiny_chunks_removes_the_verdict(tmp_path):
@@ -258,3 +268,108 @@ def test_write_fixed_refuses_a_config_that_does_not_validate(tmp_path):
     with pytest.raises(ConfigError, match=r"does not validate, so .*fixed.yaml was not written: .*fixed.yaml:2: parallel.workers"):
         write_fixed(bad, tmp_path / "fixed.yaml")
     assert list(tmp_path.iterdir()) == []  # no draft left behind either
+
+
+# -- what users write: planted scripts (examples/planted), and the rules behind their verdicts --------
+
+PLANTED = sorted((Path(__file__).resolve().parent.parent / "examples" / "planted").glob("*.py"))
+
+
+@pytest.mark.parametrize("script", PLANTED, ids=lambda p: p.stem)
+def test_planted_script_gets_its_verdicts_and_no_false_ones(script):
+    expected = expected_kinds(script, "thread")
+    with openclaw_dask.session(backend="thread", workers=2) as s:
+        result = profile(s, script)
+    assert result.exit_code == 0
+    judged = judge(expected, result.report.verdicts)
+    assert not judged.missed and not judged.false, [v.summary for v in result.report.verdicts]
+
+
+@pytest.mark.parametrize("name", ["issue_example", "graph_embedded_array"])
+def test_planted_graph_data_is_time_outside_tasks_on_worker_processes(name):
+    script = PLANTED[[p.stem for p in PLANTED].index(name)]
+    with openclaw_dask.session(backend="process", workers=2) as s:
+        result = profile(s, script)
+    judged = judge(expected_kinds(script, "process"), result.report.verdicts)
+    assert not judged.missed and not judged.false, [v.summary for v in result.report.verdicts]
+    (outside,) = _kind(result.report, "outside-tasks")
+    assert outside.evidence["graph_bytes"] >= 100 * MiB and "client.scatter" in outside.fix
+
+
+def test_layouts_name_the_uneven_chunk_of_each_array_inputs_first():
+    x = da.ones(1000, chunks=((400,) + (50,) * 12,))
+    (first, *_) = layouts_of((x + 1).sum().__dask_graph__())
+    assert first.name.startswith("ones") and first.itemsize == 8
+    assert first.block_bytes().tolist() == [3200] + [400] * 12
+    grid = layouts_of(da.ones((40, 30), chunks=(10, (20, 10))).__dask_graph__())[0]
+    assert grid.block_bytes().shape == (4, 2) and grid.block_bytes()[0, 0] == 10 * 20 * 8
+
+
+def test_expect_lines_and_what_counts_as_false(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("# expect: data-skew, outside-tasks on process\n")
+    assert expected_kinds(script, "thread") == {"data-skew"}
+    assert expected_kinds(script, "process") == {"data-skew", "outside-tasks"}
+    script.write_text("print(1)\n")
+    with pytest.raises(ValueError, match="# expect:"):
+        expected_kinds(script, "thread")
+    from openclaw_dask.diagnostics.analysis import Verdict
+
+    effect = Verdict("load-imbalance", "", {}, "fix the stragglers first (see that verdict); then ...")
+    judged = judge(frozenset({"stragglers"}), [Verdict("stragglers", "", {}, ""), effect, Verdict("overhead-bound", "", {}, "")])
+    assert judged.found == {"stragglers"} and judged.false == ("overhead-bound",)
+
+
+def test_makespan_and_busy_union_are_plain_arithmetic():
+    assert _makespan([1.0, 0.5, 0.5, 0.5, 0.5], 2) == 1.5
+    assert _makespan([0.2] * 10, 1) == pytest.approx(2.0)
+    tasks = [TaskRecord("a", "g", "w", 0, s, e, 1) for s, e in [(0.0, 1.0), (0.5, 2.0), (3.0, 4.0)]]
+    assert _busy_union(tasks) == (0.0, 4.0, 3.0)
+
+
+def _lanes_record(durations_a, durations_b, stop):
+    record = RunRecord(backend="process", start=0.0, stop=stop)
+    for lane, durations in (("a", durations_a), ("b", durations_b)):
+        record.workers[lane] = WorkerRecord(lane, 1, 2**34, MiB, 0, 0, 0)
+        t = 0.0
+        for i, d in enumerate(durations):
+            record.tasks.append(TaskRecord(f"('x', '{lane}{i}')", "x", lane, 1, t, t + d, MiB, input_bytes=MiB))
+            t += d
+    return record
+
+
+def test_a_straggler_is_named_when_it_costs_wall_time_even_with_balanced_lanes():
+    # lane a: one 1 s task; lane b: ten 0.1 s tasks. Both lanes end at 1 s, yet at the median the run takes 0.6 s.
+    report = analyze(_lanes_record([1.0], [0.1] * 10, 1.0))
+    (slow,) = _kind(report, "stragglers")
+    assert slow.evidence["cost_s"] == pytest.approx(0.4) and "costing the run about 400" in slow.summary
+    assert not _kind(report, "load-imbalance")
+    # a 0.4 s task early in a long run: the other lane absorbs most of its delay (0.15 s): no verdict
+    assert not _kind(analyze(_lanes_record([0.4] + [0.1] * 14, [0.1] * 18, 1.8)), "stragglers")
+
+
+def test_a_big_input_being_slow_is_skew_not_a_straggler():
+    record = _lanes_record([0.1] * 8, [0.1] * 7, 1.0)
+    record.tasks.append(TaskRecord("('x', 'big')", "x", "b", 1, 0.7, 2.3, 8, input_bytes=16 * MiB))  # writes 8 bytes, reads 16x
+    record.stop = 2.3
+    (skew,) = _kind(analyze(record), "data-skew")
+    assert skew.evidence["measure"] == "read" and skew.evidence["chunks"][0]["key"] == "('x', 'big')"
+    assert not _kind(analyze(record), "stragglers")
+
+
+@pytest.mark.parametrize(("graph_bytes", "graphs", "in_process", "fix"), [
+    (200 * MiB, 1, False, "client.scatter"),  # data sent inside the graph
+    (200 * MiB, 1, True, "pyinstrument"),  # ... costs nothing to send within one process
+    (0, 8, False, "dask.compute(a, b, ...)"),  # the client's own work between computes
+])
+def test_time_outside_tasks_names_its_cause(graph_bytes, graphs, in_process, fix):
+    record = RunRecord(backend="process", start=0.0, stop=4.0, in_process=in_process, graphs=graphs, graph_bytes=graph_bytes)
+    record.workers["a"] = WorkerRecord("a", 1, 2**34, MiB, 0, 0, 0)
+    first = 2.0 if graphs == 1 else 0.0  # one submission before the first task, or gaps between eight computes
+    for i in range(8):
+        start = first + (0.25 if graphs == 1 else 0.5) * i
+        record.tasks.append(TaskRecord(f"('x', {i})", "x", "a", 1, start, start + 0.2, MiB))
+    (outside,) = _kind(analyze(record), "outside-tasks")
+    assert fix in outside.fix and outside.overrides == {}
+    record.aside["checking"] = 3.0  # time the workload marked as not the run is left out
+    assert not _kind(analyze(record), "outside-tasks")

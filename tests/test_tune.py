@@ -7,7 +7,7 @@ import json
 import pytest
 
 from openclaw_dask.cluster import load_config
-from openclaw_dask.diagnostics.tune import MIN_SAMPLES, candidates, tune
+from openclaw_dask.diagnostics.tune import MIN_SAMPLES, _with_fixes, candidates, profiled_fixes, tune
 
 from .test_cli import assert_one_line_error, invoke
 
@@ -23,6 +23,18 @@ def test_candidates_cover_both_backends_shapes_and_chunk_sizes_without_the_curre
     assert len(grid) == 5 * 3 - 1  # five shapes x three chunk sizes, less the current config (thread, auto, auto)
     assert len(candidates(cfg, cores=1)) == 2 * 3 - 1
     assert {"parallel.task_chunk_size": "16MiB"} in grid  # only what differs from the current config
+
+
+def test_the_profiler_s_fixes_seed_the_search():
+    cfg = load_config(None, {"workload.size": 16 * 2**20, "parallel.task_chunk_size": "64KiB"}, override_label="--set")
+    said = []
+    fixes = profiled_fixes(cfg, "array-sum", say=said.append)  # 256 tasks of 64 KiB: overhead-bound
+    assert set(fixes) == {"parallel.task_chunk_size"} and fixes["parallel.task_chunk_size"].endswith("MiB")
+    assert any("the profiler suggests task_chunk_size=" in m for m in said)
+    grid = [{"parallel.backend": "process"}, {"parallel.task_chunk_size": "16MiB"}]
+    seeded = _with_fixes(grid, fixes)
+    assert seeded[0] == fixes and {"parallel.backend": "process", **fixes} in seeded and seeded[-2:] == grid
+    assert _with_fixes(grid, {}) == grid
 
 
 def test_successive_halving_ranks_by_median_and_confirms_the_winner():

@@ -10,10 +10,11 @@ balanced control).
 
 from __future__ import annotations
 
+import heapq
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,7 +22,7 @@ import numpy as np
 from dask.utils import format_bytes, format_time
 
 from openclaw_dask.chunking import MAX_AUTO_CHUNK, min_auto_chunk
-from openclaw_dask.diagnostics.collect import RunRecord, TaskRecord
+from openclaw_dask.diagnostics.collect import ChunkLayout, RunRecord, TaskRecord
 
 __all__ = ["GroupStats", "ProfileReport", "Verdict", "WorkerStats", "analyze"]
 
@@ -32,10 +33,14 @@ MIN_BUSY_S = 0.05  # below this much total work, load figures are noise
 SKEW_RATIO = 3.0  # a chunk this many times its group's median size...
 SKEW_RARITY = 0.1  # ...in a group where such chunks are rare (halo slivers next to blocks are not skew)...
 SKEW_MIN_MEDIAN = 64 * 2**10  # ...of real chunks, not scalars or slivers
-STRAGGLER_RATIO = 3.0  # a task this many times its group's median duration...
-STRAGGLER_MIN_EXTRA_S = 0.5  # ...and at least this much longer...
-STRAGGLER_WALL_FRACTION = 0.1  # ...and the delay is this share of the run (one GC pause is not a verdict)...
-STRAGGLER_RARITY = 0.1  # ...and such tasks are rare: many slow tasks are a slow phase, not stragglers
+STRAGGLER_RATIO = 3.0  # a task this many times its group's median duration, on normal-sized data...
+STRAGGLER_RARITY = 0.1  # ...where such tasks are rare (many slow tasks are a slow phase, not stragglers)...
+STRAGGLER_MIN_COST_S = 0.25  # ...each this much longer, that together cost the run this much wall time...
+STRAGGLER_WALL_FRACTION = 0.05  # ...and this share of it (one GC pause is not a verdict)
+NORMAL_SIZE = 1.5  # a task reading or writing more than this times its group's median is not "normal-sized"
+OUTSIDE_FRACTION = 0.25  # wall time with no task running anywhere, over the wall time...
+OUTSIDE_MIN_S = 0.5  # ...and at least this long
+LARGE_GRAPH = 10 * 10**6  # distributed.admin.large-graph-warning-threshold's default
 MIN_GROUP = 4  # groups smaller than this have no meaningful median
 OVERHEAD_FRACTION = 0.25  # estimated scheduling cost over (cost + compute)
 OVERHEAD_MIN_TASKS = 20
@@ -62,7 +67,7 @@ class Verdict:
         is not a configuration change (in the user's code, or not computable from the run).
     """
 
-    kind: str  # load-imbalance | data-skew | stragglers | overhead-bound | memory-pressure | transfer-bound
+    kind: str  # load-imbalance | data-skew | stragglers | outside-tasks | overhead-bound | memory-pressure | transfer-bound
     summary: str
     evidence: dict[str, Any]
     fix: str
@@ -210,72 +215,186 @@ def analyze(record: RunRecord, *, chunk_hint: int | None = None) -> ProfileRepor
         "lanes": len(values),
     }
     report = ProfileReport(record.backend, record.wall_s, len(tasks), slots, workers, groups, imbalance, engine=record.engine)
-    skewed = _skew(by_group)
+    skewed = _one(_layout_skew(record.layouts) or _skew(by_group))  # the layout names the array to rechunk
     report.verdicts += skewed
-    stragglers = _stragglers(by_group, wall)
+    stragglers = _stragglers(record, by_group, wall)
     report.verdicts += stragglers
     cause = "data-skew" if skewed else "stragglers" if stragglers else None
     report.verdicts += _imbalance(imbalance, sum(values), lanes, cause, wall, _balanced_chunk(record, by_group, chunk_hint, len(lanes)))
+    report.verdicts += _outside(record, by_group, wall)
     report.verdicts += _overhead(record, by_group, chunk_hint)
     report.verdicts += _memory(report.workers, record, chunk_hint)
     report.verdicts += _transfer(tasks, report.workers, shareable=not record.in_process and _one_local_host(report.workers))
     return report
 
 
-def _skew(by_group: dict[str, list[TaskRecord]]) -> list[Verdict]:
+SKEW_FIX = ("make chunks uniform: rechunk the input (x.rechunk(...)) or build it with session.array/session.from_array, "
+            "which balance chunks from parallel.task_chunk_size")
+
+
+def _skewed(sizes: Any) -> tuple[float, Any] | None:
+    """(median, indices of the big ones, biggest first) when a few of ``sizes`` are far above the median."""
+    sizes = np.asarray(sizes, dtype=float)
+    median = float(np.median(sizes)) if sizes.size >= MIN_GROUP else 0.0
+    if median < SKEW_MIN_MEDIAN:
+        return None
+    big = np.flatnonzero(sizes > SKEW_RATIO * median)
+    if not big.size or big.size > max(1, SKEW_RARITY * sizes.size):
+        return None
+    return median, big[np.argsort(-sizes[big], kind="stable")]
+
+
+def _skew_verdict(name: str, what: str, median: float, named: list[tuple[str, int]]) -> Verdict:
+    key, nbytes = named[0]
+    return Verdict(
+        "data-skew",
+        f"{len(named)} chunk(s) of {name} {what} up to {nbytes / median:.1f}x the median chunk ({format_bytes(int(median))}), "
+        f"e.g. {key} ({format_bytes(nbytes)})",
+        {"group": name, "measure": what, "median_bytes": int(median),
+         "chunks": [{"key": k, "bytes": b, "ratio": round(b / median, 2)} for k, b in named[:MAX_NAMED]]},
+        SKEW_FIX,
+    )
+
+
+def _one(found: list[Verdict]) -> list[Verdict]:
+    """The first skew verdict, naming the others: one uneven input shows in every array and task derived from it."""
+    if len(found) < 2:
+        return found
+    also = [v.evidence["group"] for v in found[1:]]
+    first = found[0]
+    return [replace(first, summary=f"{first.summary}; also in {', '.join(also)}", evidence={**first.evidence, "also": also})]
+
+
+def _layout_skew(layouts: list[ChunkLayout]) -> list[Verdict]:
+    """Skew in the chunk layout of an array computed, whatever fusion later did to its tasks."""
+    from dask.utils import key_split
+
     out = []
-    for name, members in by_group.items():
-        if len(members) < MIN_GROUP:
-            continue
-        median = statistics.median(t.nbytes for t in members)
-        if median < SKEW_MIN_MEDIAN:
-            continue
-        big = sorted((t for t in members if t.nbytes > SKEW_RATIO * median), key=lambda t: -t.nbytes)
-        if not big or len(big) > max(1, SKEW_RARITY * len(members)):
-            continue
-        ratio = big[0].nbytes / median
-        out.append(
-            Verdict(
-                "data-skew",
-                f"{len(big)} chunk(s) of {name} are up to {ratio:.1f}x the median chunk ({format_bytes(int(median))}), "
-                f"e.g. {big[0].key} ({format_bytes(big[0].nbytes)})",
-                {"group": name, "median_bytes": int(median), "chunks": [{"key": t.key, "bytes": t.nbytes, "ratio": round(t.nbytes / median, 2)} for t in big[:MAX_NAMED]]},
-                "make chunks uniform: rechunk the input (x.rechunk(...)) or build it with session.array/session.from_array, "
-                "which balance chunks from parallel.task_chunk_size",
-            )
-        )
+    for layout in layouts:
+        sizes = layout.block_bytes()
+        found = _skewed(sizes.ravel())
+        if found is not None:
+            blocks = [np.unravel_index(i, sizes.shape) for i in found[1]]
+            named = [(repr((key_split(layout.name), *map(int, b))), int(sizes[b])) for b in blocks]
+            out.append(_skew_verdict(key_split(layout.name), "are", found[0], named))
     return out
 
 
-def _stragglers(by_group: dict[str, list[TaskRecord]], wall: float) -> list[Verdict]:
+def _finalize(group: str) -> bool:
+    """A compute's last task, which gathers its whole result for the client: not a chunk."""
+    return group.startswith("finalize")
+
+
+def _skew(by_group: dict[str, list[TaskRecord]]) -> list[Verdict]:
+    """Skew in what a group's tasks read (embedded data and dependencies), else in what they wrote."""
+    out = []
+    for name, members in by_group.items():
+        if _finalize(name):
+            continue
+        for what, size in (("read", lambda t: t.input_bytes), ("wrote", lambda t: t.nbytes)):
+            found = _skewed([size(t) for t in members])
+            if found is not None:
+                out.append(_skew_verdict(name, what, found[0], [(members[i].key, size(members[i])) for i in found[1]]))
+                break
+    return out
+
+
+def _makespan(durations: list[float], lanes: int) -> float:
+    """How long ``durations`` take on ``lanes``, each started on the first free lane in order (pure)."""
+    free = [0.0] * max(1, lanes)
+    for d in durations:
+        heapq.heappush(free, heapq.heappop(free) + d)
+    return max(free)
+
+
+def _stragglers(record: RunRecord, by_group: dict[str, list[TaskRecord]], wall: float) -> list[Verdict]:
+    """Rare slow tasks on normal-sized data, named when they cost the run wall time."""
+    slots = sum(w.nthreads for w in record.workers.values()) or 1
+    ordered = sorted(record.tasks, key=lambda t: t.start)
     out = []
     for name, members in by_group.items():
         if len(members) < MIN_GROUP:
             continue
         median_d = statistics.median(t.duration for t in members)
-        median_b = statistics.median(t.nbytes for t in members) or 1
-        slow = sorted(
-            (
-                t for t in members
-                if t.duration > STRAGGLER_RATIO * median_d
-                and t.duration - median_d > max(STRAGGLER_MIN_EXTRA_S, STRAGGLER_WALL_FRACTION * wall)
-                and t.nbytes <= 1.5 * median_b  # a big chunk being slow is skew, not a straggler
-            ),
+        normal_out = NORMAL_SIZE * statistics.median(t.nbytes for t in members)
+        normal_in = NORMAL_SIZE * statistics.median(t.input_bytes for t in members)
+        slow = sorted(  # a big chunk being slow is skew, not a straggler
+            (t for t in members if t.duration > STRAGGLER_RATIO * median_d and t.duration - median_d >= STRAGGLER_MIN_COST_S
+             and t.nbytes <= normal_out and t.input_bytes <= normal_in),
             key=lambda t: -t.duration,
         )
         if not slow or len(slow) > max(1, STRAGGLER_RARITY * len(members)):
+            continue
+        named = {id(t) for t in slow}  # what the run would take had they run at the median
+        cost = _makespan([t.duration for t in ordered], slots) - _makespan(
+            [median_d if id(t) in named else t.duration for t in ordered], slots)
+        if cost < max(STRAGGLER_MIN_COST_S, STRAGGLER_WALL_FRACTION * wall):
             continue
         out.append(
             Verdict(
                 "stragglers",
                 f"{len(slow)} task(s) of {name} ran up to {slow[0].duration / max(median_d, 1e-9):.0f}x the group median "
-                f"({format_time(median_d)}) on normal-sized chunks, e.g. {slow[0].key} on {slow[0].worker}",
-                {"group": name, "median_s": median_d, "tasks": [{"key": t.key, "seconds": round(t.duration, 4), "worker": t.worker} for t in slow[:MAX_NAMED]]},
+                f"({format_time(median_d)}) on normal-sized chunks, costing the run about {format_time(cost)}, "
+                f"e.g. {slow[0].key} on {slow[0].worker}",
+                {"group": name, "median_s": median_d, "cost_s": round(cost, 4),
+                 "tasks": [{"key": t.key, "seconds": round(t.duration, 4), "worker": t.worker} for t in slow[:MAX_NAMED]]},
                 "look at what those tasks do differently (I/O, a lock, data-dependent work); split such work into "
                 "smaller tasks, or check the named worker's machine",
             )
         )
     return out
+
+
+def _busy_union(tasks: list[TaskRecord]) -> tuple[float, float, float]:
+    """(first start, last stop, seconds when at least one task ran) over ``tasks`` (pure)."""
+    spans = sorted((t.start, t.stop) for t in tasks)
+    busy, (lo, hi) = 0.0, spans[0]
+    for start, stop in spans[1:]:
+        if start > hi:
+            busy, lo = busy + hi - lo, start
+        hi = max(hi, stop)
+    return spans[0][0], max(s for _, s in spans), busy + hi - lo
+
+
+def _outside(record: RunRecord, by_group: dict[str, list[TaskRecord]], wall: float) -> list[Verdict]:
+    """Wall time with no task running anywhere: graph building and submission, results sent back, or the client's own code."""
+    if not record.tasks:
+        return []
+    first, last, busy = _busy_union(record.tasks)
+    # Checking an answer is not the run, and scheduling (serial, in the scheduler) leaves lanes idle too:
+    # the overhead-bound verdict's part.
+    scheduling = len(record.tasks) * record.task_overhead_s
+    outside = wall - busy - sum(record.aside.values()) - scheduling
+    if outside < max(OUTSIDE_MIN_S, OUTSIDE_FRACTION * wall):
+        return []
+    before, after = max(0.0, first - record.start), max(0.0, record.stop - last)
+    between = max(0.0, wall - busy - before - after)
+    returned = sum(t.nbytes for name, members in by_group.items() if _finalize(name) for t in members)
+    if record.graph_bytes >= LARGE_GRAPH and not record.in_process:
+        fix = (f"the graphs carried {format_bytes(record.graph_bytes)} of data, sent with every compute (e.g. da.from_array "
+               "over an in-memory array): load it inside tasks (openclaw_dask.io.read, da.from_zarr, da.from_delayed), "
+               "or send it once with client.scatter and build on the future")
+    elif returned >= LARGE_GRAPH and not record.in_process:
+        fix = (f"the computes sent {format_bytes(returned)} of results back to the client: reduce before computing, "
+               "keep results on the workers (persist), or write them out from the workers (to_zarr)")
+    elif record.graphs > 1 and between >= max(before, after):
+        fix = (f"{record.graphs} separate computes with {format_time(between)} between them: compute results together "
+               "(dask.compute(a, b, ...)) and persist what is reused")
+    else:
+        fix = ("the client was busy building and sending the graph, or running its own code: fewer, bigger tasks "
+               "make smaller graphs; a Python profiler (pyinstrument) on the script shows where the rest goes")
+    return [
+        Verdict(
+            "outside-tasks",
+            f"no task ran for {format_time(outside)} ({outside / wall:.0%} of the run): {format_time(before)} before the "
+            f"first task, {format_time(between)} between tasks, {format_time(after)} after the last"
+            + "".join(f"; {format_time(v)} {k} left out" for k, v in record.aside.items()),
+            {"outside_s": round(outside, 4), "share": round(outside / wall, 3), "before_first_task_s": round(before, 4),
+             "between_s": round(between, 4), "after_last_task_s": round(after, 4), "graphs": record.graphs,
+             "scheduling_s": round(scheduling, 4), "graph_bytes": record.graph_bytes, "result_bytes": returned, "left_out_s": {k: round(v, 4) for k, v in record.aside.items()}},
+            fix,
+        )
+    ]
 
 
 def _heaviest(by_group: dict[str, list[TaskRecord]]) -> list[TaskRecord]:

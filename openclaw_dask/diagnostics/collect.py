@@ -6,6 +6,12 @@ system monitor (process memory, sampled by the worker itself), and its spill
 buffer. Nothing is polled while the run goes on; everything is read at the end.
 On dask's local schedulers (the thread backend's threaded engine, and serial runs) a
 scheduler callback records each task instead.
+
+What each task *read* is recorded too, since blockwise fusion hides it from the outputs (a
+fused ``map_blocks`` + partial sum writes 8 bytes whatever its chunk): the data embedded in its
+spec plus its dependencies' outputs (a scheduler plugin, or the local callback), and the chunk
+layout of every array computed (a probe wrapped around dask's ``array_optimize``, which runs
+wherever the graph is materialised: in this process, or on the scheduler).
 """
 
 from __future__ import annotations
@@ -13,13 +19,14 @@ from __future__ import annotations
 import math
 import threading
 import time
+import uuid
 from collections import defaultdict, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RunRecord", "TaskRecord", "WorkerRecord", "collect"]
+__all__ = ["ChunkLayout", "RunRecord", "TaskRecord", "WorkerRecord", "collect", "layouts_of"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,7 @@ class TaskRecord:
     stop: float
     nbytes: int
     transfer_s: float = 0.0
+    input_bytes: int = 0  # data embedded in the task's spec plus its dependencies' outputs
 
     @property
     def duration(self) -> float:
@@ -54,6 +62,24 @@ class WorkerRecord:
     paused: bool = False
 
 
+@dataclass(frozen=True)
+class ChunkLayout:
+    """The chunks of one array computed in the run (its first layer with this layout)."""
+
+    name: str  # the layer's name: its blocks' keys are (name, i, j, ...)
+    chunks: tuple[tuple[int, ...], ...]
+    itemsize: int
+
+    def block_bytes(self) -> Any:
+        """Bytes of every block, as an ndarray shaped like the block grid."""
+        import numpy as np
+
+        sizes = np.array(self.itemsize, dtype=np.int64)
+        for axis in self.chunks:
+            sizes = np.multiply.outer(sizes, np.asarray(axis, dtype=np.int64))
+        return sizes
+
+
 @dataclass
 class RunRecord:
     """Everything collected about one run; :func:`~openclaw_dask.diagnostics.analysis.analyze` reads it."""
@@ -66,6 +92,10 @@ class RunRecord:
     engine: str = ""  # what ran the graphs, and why (Session.engine)
     tasks: list[TaskRecord] = field(default_factory=list)
     workers: dict[str, WorkerRecord] = field(default_factory=dict)
+    layouts: list[ChunkLayout] = field(default_factory=list)
+    graphs: int = 0  # graphs submitted (computes, persists)
+    graph_bytes: int = 0  # data embedded in the graphs' task specs
+    aside: dict[str, float] = field(default_factory=dict)  # seconds of client work that is not the run (progress.aside)
 
     @property
     def wall_s(self) -> float:
@@ -80,6 +110,96 @@ def _group(key: Any) -> str:
     from dask.utils import key_split
 
     return key_split(key)
+
+
+# -- what tasks read: array chunk layouts and input sizes --------------------------------
+
+INPUT_PROBE = "openclaw-inputs"
+MAX_LAYOUT_BLOCKS = 1_000_000  # a bigger block grid costs the probe more than it tells
+_LAYOUTS: dict[str, list[ChunkLayout]] = defaultdict(list)  # run id -> layouts noted in this process
+
+
+def layouts_of(graph: Any) -> list[ChunkLayout]:
+    """The chunk layouts of the arrays in a HighLevelGraph, one per distinct layout, inputs first (pure).
+
+    Read from the layers' ``collection_annotations``, which dask sets on every array layer.
+    """
+    layers = getattr(graph, "layers", {})
+    order = graph._toposort_layers() if hasattr(graph, "_toposort_layers") else list(layers)  # inputs first
+    return _unique(
+        ChunkLayout(str(name), tuple(tuple(int(n) for n in axis) for axis in ann["chunks"]), int(ann["dtype"].itemsize))
+        for name in order
+        if (ann := getattr(layers[name], "collection_annotations", None) or {}).get("chunks")
+        and hasattr(ann.get("dtype"), "itemsize")
+        and math.prod(len(axis) for axis in ann["chunks"]) <= MAX_LAYOUT_BLOCKS
+    )
+
+
+def _unique(layouts: Any) -> list[ChunkLayout]:
+    seen: dict[tuple[Any, int], ChunkLayout] = {}
+    for layout in layouts:
+        seen.setdefault((layout.chunks, layout.itemsize), layout)
+    return list(seen.values())
+
+
+@dataclass(frozen=True)
+class _LayoutProbe:
+    """An ``array_optimize`` that notes the graph's chunk layouts, then optimises as ``then`` does."""
+
+    run: str
+    then: Any
+
+    def __call__(self, dsk: Any, keys: Any, **kwargs: Any) -> Any:
+        _LAYOUTS[self.run].extend(layouts_of(dsk))
+        return self.then(dsk, keys, **kwargs)
+
+
+def _pop_layouts(run: str, dask_scheduler: Any = None) -> list[ChunkLayout]:
+    return _LAYOUTS.pop(run, [])
+
+
+@contextmanager
+def _probe_layouts(record: RunRecord, client: Any = None) -> Iterator[None]:
+    """Note the chunk layout of every array computed in the block, into ``record.layouts``."""
+    import dask
+    from dask.array.optimization import optimize
+    from dask.base import dont_optimize
+
+    run, then = uuid.uuid4().hex, dask.config.get("array_optimize", None)
+    then = optimize if then is None else then if callable(then) else dont_optimize  # as dask reads the key
+    try:
+        with dask.config.set(array_optimize=_LayoutProbe(run, then)):
+            yield
+    finally:
+        # the graph is materialised where it runs: here, or on a distributed scheduler
+        remote = client.run_on_scheduler(_pop_layouts, run=run) if client is not None else []
+        record.layouts = _unique([*_pop_layouts(run), *remote])
+
+
+def _add_input_probe(dask_scheduler: Any) -> None:
+    """Count graphs, and note what each task read: bytes in its spec and its dependencies' outputs."""
+    from dask.sizeof import sizeof
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class InputProbe(SchedulerPlugin):
+        def __init__(self) -> None:
+            self.graphs, self.inputs = 0, {}
+
+        def update_graph(self, scheduler: Any, **kwargs: Any) -> None:
+            self.graphs += 1
+
+        def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+            ts = dask_scheduler.tasks.get(key) if (start, finish) == ("processing", "memory") else None
+            if ts is not None:
+                spec = sizeof(ts.run_spec) if ts.run_spec is not None else 0
+                self.inputs[_key_text(key)] = (spec, sum(max(0, d.nbytes) for d in ts.dependencies))
+
+    dask_scheduler.add_plugin(InputProbe(), name=INPUT_PROBE)
+
+
+def _pop_input_probe(dask_scheduler: Any) -> dict[str, Any]:
+    probe = dask_scheduler.plugins.pop(INPUT_PROBE, None)
+    return {"graphs": probe.graphs, "inputs": probe.inputs} if probe is not None else {"graphs": 0, "inputs": {}}
 
 
 # -- scheduler- and worker-side functions (run by client.run_on_scheduler / client.run) ----
@@ -130,27 +250,49 @@ def collect(session: Any) -> Iterator[RunRecord]:
     Yields a :class:`RunRecord` that is filled in when the block ends.
     """
     backend = session.backend
+    from openclaw_dask.progress import watch_aside
+
     record = RunRecord(backend=backend.name, start=time.time(), task_overhead_s=session.engine.task_overhead_s,
                        in_process=backend.capabilities.in_process, engine=str(session.engine))
-    if not session.engine.distributed:
-        with _local(record, session.slots, session.running.local.get("pool")):
-            yield record
-        record.stop = time.time()
-        return
 
+    def note(label: str, seconds: float) -> None:
+        record.aside[label] = record.aside.get(label, 0.0) + seconds
+
+    with watch_aside(note):
+        if not session.engine.distributed:
+            with _probe_layouts(record), _local(record, session.slots, session.running.local.get("pool")):
+                yield record
+            record.stop = time.time()
+            return
+        with _distributed(record, session.client):
+            yield record
+
+
+@contextmanager
+def _distributed(record: RunRecord, client: Any) -> Iterator[None]:
+    """The task stream, the input probe and the workers' counters over the block."""
     from distributed import get_task_stream
 
-    client = session.client
     since = client.run(_worker_start)
     had_stream = client.run_on_scheduler(_has_task_stream)
+    client.run_on_scheduler(_add_input_probe)
     try:
-        with get_task_stream(client) as stream:
-            yield record
+        with _probe_layouts(record, client), get_task_stream(client) as stream:
+            yield
     finally:
         record.stop = time.time()
+        probe = client.run_on_scheduler(_pop_input_probe)
         if not had_stream:  # the plugin costs every later task a little: leave the scheduler as it was
             client.run_on_scheduler(_drop_task_stream)
-    for r in stream.data:
+    record.graphs = probe["graphs"]
+    record.graph_bytes = sum(spec for spec, _ in probe["inputs"].values())
+    record.tasks += _stream_tasks(stream.data, record, probe["inputs"])
+    for address, info in client.run(_worker_end, since=since, t0=record.start).items():
+        record.workers[address] = WorkerRecord(address=address, **info)
+
+
+def _stream_tasks(stream: list[dict[str, Any]], record: RunRecord, inputs: dict[str, Any]) -> Iterator[TaskRecord]:
+    for r in stream:
         # A key computed again before the worker forgot it keeps its earlier intervals too:
         # this record's execution is the last compute, and the transfers since the one before.
         computes = [s for s in r["startstops"] if s["action"] == "compute"]
@@ -162,25 +304,16 @@ def collect(session: Any) -> Iterator[RunRecord]:
         if stop <= start:
             continue
         transfer = sum(s["stop"] - s["start"] for s in r["startstops"] if s["action"] == "transfer" and s["start"] >= before)
-        record.tasks.append(
-            TaskRecord(
-                key=_key_text(r["key"]),
-                group=_group(r["key"]),
-                worker=r["worker"],
-                thread=int(r.get("thread") or 0),
-                start=start,
-                stop=stop,
-                nbytes=int(r.get("nbytes") or 0),
-                transfer_s=transfer,
-            )
+        key = _key_text(r["key"])
+        yield TaskRecord(
+            key=key, group=_group(r["key"]), worker=r["worker"], thread=int(r.get("thread") or 0), start=start, stop=stop,
+            nbytes=int(r.get("nbytes") or 0), transfer_s=transfer, input_bytes=int(sum(inputs.get(key, (0, 0)))),
         )
-    for address, info in client.run(_worker_end, since=since, t0=record.start).items():
-        record.workers[address] = WorkerRecord(address=address, **info)
 
 
 @contextmanager
 def _local(record: RunRecord, threads: int, pool: Any = None) -> Iterator[None]:
-    """Timing, thread and output size of every task on dask's local schedulers.
+    """Timing, thread, input and output size of every task on dask's local schedulers.
 
     With the thread backend's :class:`~openclaw_dask.cluster.local.TaskPool`, each task's
     start and stop are taken in the thread that ran it (dask's callbacks run in the
@@ -191,7 +324,8 @@ def _local(record: RunRecord, threads: int, pool: Any = None) -> Iterator[None]:
     from dask.callbacks import Callback
     from dask.sizeof import sizeof
 
-    starts: dict[Any, float] = {}
+    starts: dict[Any, tuple[float, int]] = {}  # key -> (start, bytes in its spec plus its dependencies' outputs)
+    sizes: dict[Any, int] = {}  # key -> output bytes, for the tasks that read it
     runs: dict[int, deque[tuple[float, float]]] = defaultdict(deque)  # per thread, in the order they finished
     lock = threading.Lock()
     process = psutil.Process()
@@ -206,17 +340,22 @@ def _local(record: RunRecord, threads: int, pool: Any = None) -> Iterator[None]:
 
     def new_compute(dsk: Any) -> None:  # a failed or interrupted compute leaves nothing to mismatch the next one
         runs.clear()
+        sizes.clear()
+        record.graphs += 1
 
     def pretask(key: Any, dsk: Any, state: Any) -> None:
-        starts[key] = time.time()
+        spec = sizeof(dsk.get(key))
+        record.graph_bytes += spec
+        starts[key] = (time.time(), spec + sum(sizes.get(d, 0) for d in state["dependencies"].get(key, ())))
 
     def posttask(key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
         stop = time.time()
-        start = starts.pop(key, stop)
+        start, read = starts.pop(key, (stop, 0))
         thread = int(worker_id or 0)  # the thread that ran the task
         if runs.get(thread):
             start, stop = runs[thread].popleft()
-        task = TaskRecord(_key_text(key), _group(key), "local", thread, start, stop, int(sizeof(result)))
+        sizes[key] = nbytes = int(sizeof(result))
+        task = TaskRecord(_key_text(key), _group(key), "local", thread, start, stop, nbytes, input_bytes=read)
         with lock:
             record.tasks.append(task)
             if len(record.tasks) % 16 == 0:

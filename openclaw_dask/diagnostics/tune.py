@@ -2,7 +2,9 @@
 
 The search space is the local engine's shape: ``parallel.backend`` (thread, process), workers,
 threads per worker process (``omp_threads``, or ``hybrid``) and ``task_chunk_size``, seeded from
-this machine's cores and the current config. The strategy is successive halving: every candidate
+this machine's cores, the current config and the profiler: one profiled run of the current config,
+whose verdicts' ``overrides`` (the fixes ``openclaw profile --apply-fix`` would write) become a
+candidate of their own. The strategy is successive halving: every candidate
 runs once, the best third runs again with 3 samples, then 5. Trials stop at most of the budget;
 the leader and the current config are then confirmed with :data:`MIN_SAMPLES` samples each, so
 no winner rests on one noisy sample. What was measured is ranked by its median.
@@ -153,13 +155,14 @@ def tune(config: Any, target: str = "array-sum", *, script_args: tuple[str, ...]
         Trials stop when all but :data:`CONFIRM_SHARE` of it is spent; the rest confirms the leader
         and the current config with :data:`MIN_SAMPLES` samples each (which may run a little over).
     space
-        Override dicts to search instead of :func:`candidates` (tests, benchmarks).
+        Override dicts to search instead of :func:`candidates` and the profiler's fixes (tests, benchmarks).
     """
     import psutil
 
     cores = cores or psutil.cpu_count() or 1
     baseline = Trial({})
-    everyone = [baseline] + [Trial(o) for o in (candidates(config, cores) if space is None else space)]
+    grid = space if space is not None else _with_fixes(candidates(config, cores), profiled_fixes(config, target, script_args, say))
+    everyone = [baseline] + [Trial(o) for o in grid]
     alive, t0 = list(everyone), time.perf_counter()
 
     def run(trial: Trial, samples: int, note: str) -> None:
@@ -188,6 +191,35 @@ def tune(config: Any, target: str = "array-sum", *, script_args: tuple[str, ...]
     enough = min(MIN_SAMPLES, max((len(t.times) for t in measured), default=0))  # fewer samples rank below
     trials = sorted(measured, key=lambda t: (len(t.times) < enough, t.median_s))
     return TuneResult(target, trials + [t for t in everyone if not t.times], baseline, budget_s, time.perf_counter() - t0)
+
+
+def profiled_fixes(config: Any, target: str, script_args: tuple[str, ...] = (),
+                   say: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    """The overrides of the verdicts of one profiled run of ``target`` under ``config`` (``{}`` when none)."""
+    import dataclasses
+
+    from openclaw_dask.diagnostics.fixes import merge_overrides
+    from openclaw_dask.diagnostics.profile import profile_config
+
+    say("profiling the current config once")
+    once = dataclasses.replace(config, workload=dataclasses.replace(config.workload, repeat=1))
+    try:
+        report = profile_config(once, target, script_args).report
+    except Exception as e:  # noqa: BLE001  (the search goes on from the grid alone)
+        say(f"profiling failed ({type(e).__name__}: {e}); searching the grid alone")
+        return {}
+    fixes = {key: value for key, (value, _) in merge_overrides(report.verdicts).items()}
+    say(f"the profiler suggests {_label(fixes)}" if fixes else f"the profiler found {len(report.verdicts)} verdict(s), none a config fix")
+    return fixes
+
+
+def _with_fixes(grid: list[dict[str, Any]], fixes: dict[str, Any]) -> list[dict[str, Any]]:
+    """The profiler's fixes alone, then on each grid shape, then the grid; without repeats."""
+    out: list[dict[str, Any]] = []
+    for overrides in ([fixes, *({**o, **fixes} for o in grid)] if fixes else []) + grid:
+        if overrides not in out:
+            out.append(overrides)
+    return out
 
 
 def tuned_config(config: Any, result: TuneResult) -> Any:

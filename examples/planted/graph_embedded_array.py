@@ -1,0 +1,7 @@
+# expect: outside-tasks
+"""A 256 MB in-memory array handed to from_array: hashed on the client, and sent inside the graph to worker processes."""
+import dask.array as da
+import numpy as np
+
+x = da.from_array(np.ones(32_000_000), chunks=2_000_000)
+print(float(da.sin(x).sum().compute()))
