@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from openclaw_dask import arrays, parts
+from openclaw_dask import arrays, display, parts
 from openclaw_dask.cluster import backend_for, check
 from openclaw_dask.config import Config, load_config
 from openclaw_dask.elastic import Elastic, ResizeResult
@@ -107,6 +107,9 @@ class Session:
     def __repr__(self) -> str:
         where = f"{self.engine.kind}, {self.slots} thread(s)" if self._client is None else repr(self._client)
         return f"<openclaw_dask.Session backend={self.backend.name} {where}>"
+
+    def _repr_html_(self) -> str:  # Jupyter
+        return display.session_html(self)
 
     @classmethod
     def borrow(cls, other: Session) -> Session:

@@ -200,3 +200,18 @@ def test_a_task_that_computes_a_graph_does_not_deadlock_the_threaded_engine():
     with openclaw_dask.session(workers=2) as s:
         x = da.ones(4, chunks=1).map_blocks(inner, dtype=float)
         assert list(s.compute(x)) == [10.0] * 4
+
+
+def test_jupyter_repr_shows_backend_workers_threads_memory_chunks_dashboard_and_recovery():
+    with openclaw_dask.session(backend="process", workers=2, dashboard=":0") as s:
+        html = s._repr_html_()
+        for shown in ("process (running)", "workers</th><td style='text-align:left'>2<", "threads", "worker limits",
+                      "task_chunk_size auto", "retries", "0 worker(s) lost"):
+            assert shown in html, shown
+        link = s.client.dashboard_link
+        assert link.startswith("http://127.0.0.1:") and f'<a href="{link}"' in html
+    assert "process (closed)" in s._repr_html_()
+    with openclaw_dask.session(workers=2) as s:  # threads in this process: no workers to lose, no dashboard
+        html = s._repr_html_()
+        assert "thread (running)" in html and "this host, shared" in html and "dashboard" not in html
+        assert "no workers to lose" in html
