@@ -1,4 +1,4 @@
-# expect: outside-tasks
+# expect: outside-tasks on process
 """A 256 MB in-memory array handed to from_array: hashed on the client, and sent inside the graph to worker processes."""
 import dask.array as da
 import numpy as np
