@@ -48,17 +48,11 @@ class Elastic:
         held = session.client.run_on_scheduler(_bytes_per_worker)
         before = set(held)
         t0 = time.perf_counter()
-        cluster = session.running.cluster
-        leaving = list(cluster.worker_spec)[n:]  # scale() drops the newest specs first
-        if leaving:
-            # SpecCluster.scale asks the scheduler to retire workers by *name* where it wants addresses
-            # (dask/distributed#4069), so nothing would move first: retire them here, by name.
-            session.client.retire_workers(names=leaving)
-        cluster.scale(n)
+        settled = session.backend.scale(session, n)
         timeout = session.config.parallel.timeout
         deadline = time.monotonic() + timeout
-        # also until the cluster has closed the retired nannies: a resize right after must not race them
-        while len(session.workers()) != n or len(cluster.workers) != n:
+        # also until the cluster agrees: a resize right after must not race the retired workers' shutdown
+        while len(session.workers()) != n or not settled():
             if time.monotonic() > deadline:
                 raise ResizeError(f"resize_workers({n}): the cluster has {len(session.workers())} workers after {timeout:g}s")
             time.sleep(0.05)

@@ -75,9 +75,7 @@ def watch(stack: contextlib.ExitStack, running: RunningCluster, config: Config, 
 
     recovery = stack.enter_context(RecoveryWatch(running, metrics))
     if config.elastic.adaptive:
-        from openclaw_dask.cluster.adaptive import adapt
-
-        stack.callback(adapt(running.cluster, config).stop)
+        stack.callback(running.backend.adapt(running.cluster, config).stop)
     if config.monitoring.prometheus and running.scheduler is not None:
         from openclaw_dask.monitoring import serving_metrics
 

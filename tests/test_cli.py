@@ -135,7 +135,7 @@ def test_usage_errors_exit_2():
     assert_one_line_error(invoke("init", "missing/x.yaml"), 2, "folder missing does not exist")
     assert_one_line_error(invoke("run", "nothere.py"), 2, "script nothere.py does not exist")
     assert_one_line_error(invoke("run", "--set", "noequals"), 2, "expected KEY=VALUE")
-    assert_one_line_error(invoke("run", "--set", "parallel.backend=kubernetes"), 2, "not available in this build")
+    assert_one_line_error(invoke("run", "--set", "parallel.backend=kubernetes"), 2, "backend kubernetes needs a number of worker pods")
 
 
 def test_unreachable_scheduler_is_a_failed_run_exit_1():

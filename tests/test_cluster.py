@@ -104,7 +104,7 @@ def test_registry_lists_every_backend():
     status = available_backends()
     assert status["thread"] == status["process"] == status["remote"] == "installed"
     assert status["mpi"] == "installed"  # the test extra brings MPICH, mpi4py and dask-mpi
-    assert status["kubernetes"] == "not in this build yet"
+    assert status["kubernetes"] == "installed"  # the test extra brings dask-kubernetes
 
 
 class FakeBackend(ProcessBackend):
@@ -120,8 +120,6 @@ def test_missing_extra_names_the_pip_install(monkeypatch):
     assert "pip install 'openclaw-dask[mpi]'" in available_backends()["fake"]
     with pytest.raises(BackendUnavailable, match=r"needs no_such_module_openclaw.*pip install 'openclaw-dask\[mpi\]'"):
         get_backend("fake")
-    with pytest.raises(ConfigError, match="not available in this build"):
-        get_backend("kubernetes")
 
 
 class PluginWithoutExtra(FakeBackend):

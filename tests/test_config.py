@@ -16,7 +16,14 @@ from openclaw_dask.config import (
     WorkloadConfig,
     default_config_text,
 )
-from openclaw_dask.config.model import ElasticConfig, FaultToleranceConfig, GpuConfig, MonitoringConfig, SecurityConfig
+from openclaw_dask.config.model import (
+    ElasticConfig,
+    FaultToleranceConfig,
+    GpuConfig,
+    KubernetesConfig,
+    MonitoringConfig,
+    SecurityConfig,
+)
 from openclaw_dask.config.schema import TYPED_SECTIONS
 from openclaw_dask.errors import ConfigError
 
@@ -41,8 +48,8 @@ def test_defaults_file_schema_and_dataclasses_agree():
     from_file = [f"{s}.{k}" for s in TYPED_SECTIONS for k in defaults[s]]
     assert from_file == [k.dotted for k in KEYS]
     assert list(defaults) == [*TYPED_SECTIONS, "dask"] and defaults["dask"] == {}
-    classes = (ParallelConfig, ClusterConfig, GpuConfig, WorkloadConfig, ElasticConfig, FaultToleranceConfig, MonitoringConfig,
-               SecurityConfig)
+    classes = (ParallelConfig, ClusterConfig, GpuConfig, WorkloadConfig, ElasticConfig, KubernetesConfig, FaultToleranceConfig,
+               MonitoringConfig, SecurityConfig)
     for section, cls in zip(TYPED_SECTIONS, classes):
         assert [f.name for f in dataclasses.fields(cls)] == [k.name for k in KEYS if k.section == section]
 
@@ -256,12 +263,12 @@ def test_dataflow_keys_are_accepted(key, value):
 @pytest.mark.parametrize(
     ("overrides", "needle"),
     [
-        ({"hybrid": True}, "hybrid gives each worker process omp_threads BLAS/OpenMP threads: use backend process or mpi"),
+        ({"hybrid": True}, "hybrid gives each worker process omp_threads BLAS/OpenMP threads: use backend process, mpi or kubernetes"),
         ({"backend": "mpi", "prometheus": True}, "the MPI scheduler runs in rank 0"),
-        ({"backend": "kubernetes"}, "backend not available in this build yet"),
+        ({"backend": "kubernetes"}, "backend kubernetes needs a number of worker pods"),
         ({"communication": "tls"}, "TLS needs certificates; set security.temporary_certificates=true or security.cert_file"),
         ({"backend": "process", "communication": "inproc"}, "inproc works only within one process"),
-        ({"omp_threads": 2}, "apply to backends process and mpi"),
+        ({"omp_threads": 2}, "apply to backends process, mpi and kubernetes"),
         ({"backend": "remote"}, "needs the address of a running dask-scheduler"),
         ({"scheduler_address": "tcp://127.0.0.1:8786"}, "used only with backend remote"),
         ({"backend": "remote", "scheduler_address": "tcp://127.0.0.1:1", "memory_limit": "1GiB"}, "set by whoever started"),

@@ -93,6 +93,8 @@ class Capabilities:
         (``parallel.engine: threads``).
     gpu
         Its workers own GPUs: ``memory_pooling``, ``gpu_memory_fraction`` and ``rdma`` apply.
+    pods
+        Its scheduler and workers are Kubernetes pods: the ``kubernetes`` section applies.
     """
 
     owns_cluster: bool = True
@@ -106,6 +108,7 @@ class Capabilities:
     socket_buffers: bool = False
     threaded: bool = False
     gpu: bool = False
+    pods: bool = False
 
 
 class Backend:
@@ -186,6 +189,26 @@ class Backend:
         from openclaw_dask.cluster.plugins import LogLevel
 
         return [LogLevel(config.parallel.log_level)]
+
+    def scale(self, session: Any, n: int) -> Callable[[], bool]:
+        """Grow or shrink the started cluster to ``n`` workers; return whether the cluster's own view has settled.
+
+        This default is for distributed's SpecCluster (LocalCluster, LocalCUDACluster).
+        """
+        cluster = session.running.cluster
+        leaving = list(cluster.worker_spec)[n:]  # scale() drops the newest specs first
+        if leaving:
+            # SpecCluster.scale asks the scheduler to retire workers by *name* where it wants addresses
+            # (dask/distributed#4069), so nothing would move first: retire them here, by name.
+            session.client.retire_workers(names=leaving)
+        cluster.scale(n)
+        return lambda: len(cluster.workers) == n  # the retired nannies have closed too
+
+    def adapt(self, cluster: Any, config: Config) -> Any:
+        """Turn on ``elastic.adaptive`` for the started ``cluster``; the result's ``stop()`` turns it off."""
+        from openclaw_dask.cluster.adaptive import adapt
+
+        return adapt(cluster, config)
 
     def dask_settings(self, config: Config) -> dict[str, Any]:
         """``dask.config`` keys this backend needs on top of :func:`~openclaw_dask.cluster.settings.dask_settings`."""

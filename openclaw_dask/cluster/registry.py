@@ -37,8 +37,8 @@ _BUILTIN = {
     "remote": "openclaw_dask.cluster.remote:RemoteBackend",
     "mpi": "openclaw_dask.cluster.mpi:MpiBackend",
     "cuda": "openclaw_dask.cluster.cuda:CudaBackend",
+    "kubernetes": "openclaw_dask.cluster.kubernetes:KubernetesBackend",
 }
-_PLANNED = {"kubernetes": "k8s"}  # name -> extra: part of the product, not in this build yet
 
 
 @functools.cache
@@ -56,7 +56,7 @@ def _plugins() -> dict[str, object]:
     """Entry points of other packages, by name (not loaded: that may import heavy code)."""
     found = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in _BUILTIN or ep.name in _PLANNED:
+        if ep.name in _BUILTIN:
             logger.warning("ignoring backend entry point %s = %s: %s is a built-in backend", ep.name, ep.value, ep.name)
             continue
         found[ep.name] = ep
@@ -64,7 +64,7 @@ def _plugins() -> dict[str, object]:
 
 
 def _names() -> list[str]:
-    return [*_BUILTIN, *_PLANNED, *_plugins()]
+    return [*_BUILTIN, *_plugins()]
 
 
 def get_backend(name: str, *, source: str | None = None) -> Backend:
@@ -78,7 +78,7 @@ def get_backend(name: str, *, source: str | None = None) -> Backend:
     Raises
     ------
     ConfigError
-        If no such backend exists, or it is not in this build.
+        If no such backend exists.
     BackendUnavailable
         If its optional dependencies are not installed (names the ``pip install``).
     """
@@ -96,9 +96,6 @@ def _resolve(name: str, source: str | None) -> Backend:
     key = "parallel.backend"
     if name in _BUILTIN:
         return _load(_BUILTIN[name])
-    if name in _PLANNED:
-        raise ConfigError("backend not available in this build yet", key=key, value=name, source=source,
-                          hint=f"use one of {', '.join(_BUILTIN)}")
     plugins = _plugins()
     if name in plugins:
         return _from_entry_point(name, plugins[name], source)
@@ -142,12 +139,9 @@ def _named(config: Config) -> Backend:
 
 
 def available_backends() -> dict[str, str]:
-    """Map every backend name to ``installed``, the pip command it needs, or ``not in this build yet``."""
+    """Map every backend name to ``installed``, the pip command it needs, or why its plugin failed to load."""
     out = {}
     for name in _names():
-        if name in _PLANNED:
-            out[name] = "not in this build yet"
-            continue
         try:
             get_backend(name)
             out[name] = "installed"

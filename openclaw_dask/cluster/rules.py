@@ -30,6 +30,7 @@ def check_capabilities(backend: Backend, config: Config) -> None:
     """Refuse the first setting that needs a capability ``backend`` lacks."""
     _check_shape(backend, config)
     _check_gpu(backend, config)
+    _check_pods(backend, config)
     _check_services(backend, config)
     _check_comms(backend, config)
 
@@ -64,6 +65,18 @@ def _check_gpu(backend: Backend, config: Config) -> None:
         if config.get(key) != default:
             raise ConfigError.at(config, key, f"applies to GPU workers: backend {able('gpu')} (backend is {backend.name})",
                                  hint="set parallel.backend=cuda, or remove the key")
+
+
+def _check_pods(backend: Backend, config: Config) -> None:
+    if backend.capabilities.pods:
+        return
+    from openclaw_dask.config import packaged_defaults
+
+    default = packaged_defaults()
+    for key, value in config.items():
+        if key.startswith("kubernetes.") and value != default.get(key):
+            raise ConfigError.at(config, key, f"describes the pods of backend {able('pods')} (backend is {backend.name})",
+                                 hint="set parallel.backend=kubernetes, or remove the key")
 
 
 def _check_services(backend: Backend, config: Config) -> None:

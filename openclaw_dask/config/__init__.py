@@ -6,6 +6,7 @@ from openclaw_dask.config.loader import (
     DEFAULT_FILENAME,
     default_config_text,
     load_config,
+    packaged_defaults,
     parse_assignment,
     write_default_config,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "WorkloadConfig",
     "default_config_text",
     "load_config",
+    "packaged_defaults",
     "parse_assignment",
     "write_default_config",
 ]

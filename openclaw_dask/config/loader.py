@@ -9,6 +9,7 @@ and where the value came from.
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
 import os
 from collections.abc import Mapping
@@ -223,7 +224,7 @@ def _build(merged: _Layer, dask_cfg: dict[str, Any], file: Path | None) -> Confi
             raise ConfigError(key=key.dotted, value=raw, source=where, allowed=str(e)) from None
     classes = {"parallel": model.ParallelConfig, "cluster": model.ClusterConfig, "gpu": model.GpuConfig,
                "workload": model.WorkloadConfig,
-               "elastic": model.ElasticConfig, "fault_tolerance": model.FaultToleranceConfig,
+               "elastic": model.ElasticConfig, "kubernetes": model.KubernetesConfig, "fault_tolerance": model.FaultToleranceConfig,
                "monitoring": model.MonitoringConfig, "security": model.SecurityConfig}
     return Config(
         **{name: classes[name](**{k.name: values[k.dotted] for k in KEYS if k.section == name}) for name in TYPED_SECTIONS},
@@ -231,6 +232,13 @@ def _build(merged: _Layer, dask_cfg: dict[str, Any], file: Path | None) -> Confi
         sources=MappingProxyType({k: src for k, (_, src) in merged.items()}),
         path=file.resolve() if file is not None else None,
     )
+
+
+@functools.cache
+def packaged_defaults() -> Config:
+    """The packaged defaults alone: no file, environment or overrides (what "not set" means)."""
+    defaults = yaml.safe_load(default_config_text())
+    return _build({f"{s}.{n}": (v, "default") for s in TYPED_SECTIONS for n, v in defaults[s].items()}, {}, None)
 
 
 def load_config(

@@ -71,6 +71,17 @@ class GpuConfig:
 
 
 @dataclass(frozen=True)
+class KubernetesConfig:
+    """The DaskCluster resource of backend kubernetes (see :mod:`openclaw_dask.cluster.kubernetes`)."""
+
+    image: str
+    namespace: str
+    cluster_name: str
+    env: tuple[tuple[str, str], ...]  # (name, value) pairs, sorted
+    service_type: str  # clusterip | nodeport | loadbalancer
+
+
+@dataclass(frozen=True)
 class WorkloadConfig:
     """Parameters of the built-in workloads."""
 
@@ -130,7 +141,7 @@ class Config:
 
     Attributes
     ----------
-    parallel, cluster, gpu, workload, elastic, fault_tolerance, monitoring, security
+    parallel, cluster, gpu, workload, elastic, kubernetes, fault_tolerance, monitoring, security
         The typed sections.
     dask
         Passed unchanged to :mod:`dask.config` while a session runs (read-only mapping).
@@ -146,6 +157,7 @@ class Config:
     gpu: GpuConfig
     workload: WorkloadConfig
     elastic: ElasticConfig
+    kubernetes: KubernetesConfig
     fault_tolerance: FaultToleranceConfig
     monitoring: MonitoringConfig
     security: SecurityConfig

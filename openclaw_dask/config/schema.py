@@ -189,6 +189,20 @@ def _str_list(v: Any) -> tuple[str, ...]:
     raise Invalid("a list of module names or .py files, e.g. [mypackage.setup]")
 
 
+def _env(v: Any) -> tuple[tuple[str, str], ...]:
+    if v is None:
+        return ()
+    if isinstance(v, dict) and all(isinstance(k, str) and _ENV_NAME.match(k) for k in v):
+        return tuple((k, str(x).lower() if isinstance(x, bool) else str(x)) for k, x in sorted(v.items()))
+    raise Invalid("a mapping of environment variable names to values, e.g. {EXTRA_PIP_PACKAGES: openclaw-dask}")
+
+
+def _dns_label(v: Any) -> str:
+    if isinstance(v, str) and re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?", v):
+        return v
+    raise Invalid("a Kubernetes name: lowercase letters, digits and '-', at most 40 characters, e.g. openclaw")
+
+
 def _devices(v: Any) -> tuple[int, ...] | None:
     if v == "auto" or v is None:
         return None
@@ -243,7 +257,9 @@ def _max_spill(v: Any) -> int | str | bool:
         raise Invalid("auto (a share of the free disk space), a size such as 10GiB, or false (no bound)") from None
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 STRATEGIES = ("data", "model", "pipeline")
+SERVICE_TYPES = ("clusterip", "nodeport", "loadbalancer")
 IO_FORMATS = ("npy", "raw", "zarr", "hdf5")
 ENGINES = ("auto", "threads", "distributed")
 COMMUNICATIONS = ("auto", "tcp", "inproc", "tls", "ucx", "nccl", "gloo")
@@ -297,6 +313,12 @@ KEYS: tuple[Key, ...] = (
     Key("elastic", "min_workers", _int(1)),
     Key("elastic", "max_workers", _int(1, auto=True)),
     Key("elastic", "interval", _duration),
+    # kubernetes: the DaskCluster resource backend kubernetes creates through the dask-kubernetes operator
+    Key("kubernetes", "image", _str),
+    Key("kubernetes", "namespace", _dns_label),
+    Key("kubernetes", "cluster_name", _dns_label),
+    Key("kubernetes", "env", _env),
+    Key("kubernetes", "service_type", _choice(*SERVICE_TYPES)),
     # fault_tolerance: what a run survives
     Key("fault_tolerance", "retries", _int(0)),
     Key("fault_tolerance", "allowed_failures", _int(0)),
@@ -311,7 +333,8 @@ KEYS: tuple[Key, ...] = (
     Key("security", "require_encryption", _bool),
 )
 
-TYPED_SECTIONS: tuple[str, ...] = ("parallel", "cluster", "gpu", "workload", "elastic", "fault_tolerance", "monitoring", "security")
+TYPED_SECTIONS: tuple[str, ...] = ("parallel", "cluster", "gpu", "workload", "elastic", "kubernetes", "fault_tolerance", "monitoring",
+                                   "security")
 SECTIONS: tuple[str, ...] = (*TYPED_SECTIONS, "dask")
 
 _BY_NAME = {k.name: k for k in KEYS}

@@ -1,0 +1,205 @@
+"""``kubernetes``: a DaskCluster resource run by the dask-kubernetes operator, built from the config.
+
+:func:`cluster_spec` maps the configuration onto the ``DaskCluster`` resource (pure, no cluster
+needed: ``openclaw k8s manifest`` prints it for ``kubectl apply``); :meth:`KubernetesBackend.start`
+hands the same spec to dask-kubernetes' ``KubeCluster``. The mapping:
+
+- ``parallel.workers`` -> worker replicas; ``omp_threads`` (and ``hybrid``) -> ``--nthreads`` and each
+  worker's CPU request and limit, with ``OMP_NUM_THREADS`` and friends set to ``omp_threads``;
+- ``cluster.memory_limit`` -> ``--memory-limit`` and the memory request and limit;
+- ``gpu.devices`` -> ``nvidia.com/gpu`` per worker (as many as listed) and ``dask cuda worker``, whose
+  ``--rmm-pool-size`` is ``gpu_memory_fraction`` when ``memory_pooling`` is on;
+- ``parallel.timeout`` -> the comm timeouts and ``--death-timeout``; ``fault_tolerance.allowed_failures``
+  and ``parallel.log_level`` -> dask's own settings, through ``DASK_*`` variables;
+- ``cluster.preload``, ``cluster.local_directory``, ``parallel.network_interface`` -> the worker options
+  of the same name; ``kubernetes.*`` -> image, namespace, name, environment and service type.
+
+``resize_workers`` scales the default worker group and ``elastic.adaptive`` creates the operator's
+``DaskAutoscaler`` (``KubeCluster.adapt``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from openclaw_dask.cluster.base import Backend, Capabilities, RunningCluster
+from openclaw_dask.cluster.plugins import task_threads
+from openclaw_dask.errors import ClusterStartError, ConfigError
+
+if TYPE_CHECKING:
+    from openclaw_dask.config import Config
+
+__all__ = ["KubernetesBackend", "cluster_spec", "manifest_yaml"]
+
+logger = logging.getLogger("openclaw_dask.cluster")
+
+SERVICE_TYPES = {"clusterip": "ClusterIP", "nodeport": "NodePort", "loadbalancer": "LoadBalancer"}
+BLAS_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+# Keys that describe local processes and have no pod counterpart: refused when set.
+_LOCAL_ONLY = (("cluster.host", "127.0.0.1"), ("cluster.dashboard", False), ("cluster.max_spill", "auto"),
+               ("cluster.allow_insecure_bind", False))
+
+
+def _env(config: Config) -> dict[str, str]:
+    """Variables both containers get: dask's settings, BLAS threads, then the user's (which win)."""
+    p = config.parallel
+    env = {
+        "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": f"{p.timeout:g}s",
+        "DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": f"{max(p.timeout, 30):g}s",
+        "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": str(config.fault_tolerance.allowed_failures),
+        "DASK_LOGGING__DISTRIBUTED": p.log_level.lower(),
+        **{name: str(p.omp_threads) for name in BLAS_THREADS},
+    }
+    env.update(dict(config.kubernetes.env))
+    return env
+
+
+def _worker(config: Config) -> tuple[str, list[str], dict[str, Any]]:
+    """The worker command, its options and its resources."""
+    p, c = config.parallel, config.cluster
+    args = ["--nthreads", str(task_threads(config)), "--death-timeout", f"{p.timeout:g}s"]
+    limits: dict[str, Any] = {"cpu": str(p.omp_threads)}
+    if c.memory_limit != "auto":
+        args += ["--memory-limit", str(c.memory_limit)]
+        limits["memory"] = str(c.memory_limit)
+    for module in c.preload:
+        args += ["--preload", module]
+    if c.local_directory != "auto":
+        args += ["--local-directory", c.local_directory]
+    if p.network_interface:
+        args += ["--interface", p.network_interface]
+    command = "dask worker"
+    if config.gpu.devices:
+        command = "dask cuda worker"
+        limits["nvidia.com/gpu"] = str(len(config.gpu.devices))  # the CRD types resource quantities as strings
+        if p.memory_pooling:
+            args += ["--rmm-pool-size", f"{p.gpu_memory_fraction:g}"]
+    return command, args, {"requests": dict(limits), "limits": limits}
+
+
+def cluster_spec(config: Config) -> dict[str, Any]:
+    """The ``DaskCluster`` resource of ``config`` (pure: dask-kubernetes' own template, then openclaw's settings).
+
+    Raises
+    ------
+    BackendUnavailable
+        dask-kubernetes is not installed (``pip install 'openclaw-dask[k8s]'``).
+    """
+    KubernetesBackend().available()
+    from dask_kubernetes.operator import make_cluster_spec
+
+    k = config.kubernetes
+    env = _env(config)
+    command, args, resources = _worker(config)
+    spec = make_cluster_spec(name=k.cluster_name, image=k.image, n_workers=config.parallel.workers, env=env,
+                             resources=resources, worker_command=command, scheduler_service_type=SERVICE_TYPES[k.service_type])
+    spec["metadata"]["namespace"] = k.namespace
+    worker = spec["spec"]["worker"]["spec"]["containers"][0]
+    worker["args"] = worker["args"] + args
+    scheduler = spec["spec"]["scheduler"]["spec"]["containers"][0]
+    scheduler["resources"] = None  # the scheduler's needs are not a worker's
+    if config.cluster.preload:
+        scheduler["args"] = scheduler["args"] + [a for m in config.cluster.preload for a in ("--preload", m)]
+    return _without_nulls(spec)
+
+
+def _without_nulls(value: Any) -> Any:
+    """The resource without ``null`` fields (the CRD's schema does not allow them where it gives a type)."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+class KubernetesBackend(Backend):
+    """``kubernetes``: a DaskCluster through dask-kubernetes' operator; worker pods shaped like process workers."""
+
+    name = "kubernetes"
+    capabilities = Capabilities(worker_processes=True, resize=True, adapt=True, gpu=True, pods=True)
+    why_not = MappingProxyType({
+        "tls": "TLS on Kubernetes needs certificates in secrets mounted into the pods, which openclaw does not manage yet",
+        "prometheus": "the scheduler pod serves distributed's own /metrics on its dashboard port (8787)",
+        "socket_buffers": "socket buffer sizes are set by the pods' kernel, not by openclaw",
+    })
+    requires = ("distributed", "dask_kubernetes")
+    extra = "k8s"
+
+    def check(self, config: Config) -> None:
+        super().check(config)
+        p = config.parallel
+        if p.workers == "auto":
+            raise ConfigError.at(config, "parallel.workers", "backend kubernetes needs a number of worker pods",
+                                 hint="e.g. --set parallel.workers=8")
+        if p.communication not in ("auto", "tcp"):
+            raise ConfigError.at(config, "parallel.communication", "the operator connects pods with tcp:// addresses",
+                                 hint="use auto or tcp")
+        if p.rdma:
+            raise ConfigError.at(config, "parallel.rdma", "RDMA between pods needs UCX and host networking, which "
+                                 "openclaw does not configure yet", hint="remove it")
+        for key, default in _LOCAL_ONLY:
+            if config.get(key) != default:
+                raise ConfigError.at(config, key, "describes processes on this machine; the pods' are set by the "
+                                     "operator and the kubernetes section", hint="remove it")
+
+    def plan(self, config: Config) -> dict[str, Any]:
+        """The DaskCluster resource (what ``openclaw k8s manifest`` prints)."""
+        return cluster_spec(config)
+
+    def describe(self, config: Config) -> list[str]:
+        k = config.kubernetes
+        pods = f"{config.parallel.workers} worker pod(s) of {k.image}, {task_threads(config)} thread(s) each"
+        return [f"DaskCluster {k.cluster_name} in namespace {k.namespace}: {pods} (openclaw k8s manifest prints it)"]
+
+    def start(self, config: Config) -> RunningCluster:
+        from dask_kubernetes.operator import KubeCluster
+        from distributed import Client
+
+        spec = cluster_spec(config)
+        try:
+            cluster = KubeCluster(custom_cluster_spec=spec, namespace=config.kubernetes.namespace, shutdown_on_close=True,
+                                  resource_timeout=int(max(config.parallel.timeout, 60)), quiet=True)
+        except Exception as e:  # kr8s, kopf and the API server raise many kinds
+            raise ClusterStartError(f"could not create DaskCluster {config.kubernetes.cluster_name} in namespace "
+                                    f"{config.kubernetes.namespace} ({type(e).__name__}: {e}); check kubectl's context "
+                                    "and that the dask-kubernetes operator is installed") from e
+        try:
+            client = Client(cluster, timeout=config.parallel.timeout)
+        except BaseException:
+            cluster.close()
+            raise
+        return RunningCluster(self, client, cluster)
+
+    def scale(self, session: Any, n: int) -> Callable[[], bool]:
+        """Scale the default worker group; the operator retires surplus workers through the scheduler."""
+        session.running.cluster.scale(n)
+        return lambda: True  # the scheduler's worker count is the whole story
+
+    def adapt(self, cluster: Any, config: Config) -> Any:
+        """The operator's autoscaler between ``elastic.min_workers`` and ``max_workers`` (a number here)."""
+        e = config.elastic
+        cluster.adapt(minimum=e.min_workers, maximum=None if e.max_workers == "auto" else e.max_workers)
+        return _Stop(cluster, config.parallel.workers)
+
+
+class _Stop:
+    """Leaving adaptive mode: a fixed size again (scaling deletes the autoscaler resource)."""
+
+    def __init__(self, cluster: Any, n: int) -> None:
+        self.cluster, self.n = cluster, n
+
+    def stop(self) -> None:
+        self.cluster.scale(self.n)
+
+
+def manifest_yaml(path: Any = None, overrides: dict[str, Any] | None = None) -> str:
+    """The DaskCluster resource of the config at ``path`` with ``overrides``, checked as backend kubernetes, as YAML."""
+    import yaml
+
+    from openclaw_dask.cluster import load_config
+
+    config = load_config(path, overrides, override_label="--set")
+    return yaml.safe_dump(cluster_spec(config), sort_keys=False)

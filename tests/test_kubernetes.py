@@ -1,0 +1,110 @@
+"""backend kubernetes: the DaskCluster resource built from the config, checked against the operator's CRD.
+
+What runs here: the mapping from config to resource (pure), the CRD's own schema, the refusals,
+and the CLI. Creating the resource in a real cluster needs one (docs/kubernetes.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+import openclaw_dask
+from openclaw_dask.cluster import get_backend
+from openclaw_dask.cluster.kubernetes import cluster_spec
+from openclaw_dask.errors import ConfigError
+
+from .test_cli import assert_one_line_error, invoke
+
+K8S = {"parallel.backend": "kubernetes", "parallel.workers": 8}
+
+
+@pytest.fixture(scope="module")
+def crd_schema():
+    import dask_kubernetes
+
+    crd = Path(dask_kubernetes.__file__).parent / "operator/deployment/helm/dask-kubernetes-operator/crds/daskcluster.yaml"
+    (version,) = yaml.safe_load(crd.read_text())["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]
+
+
+def _spec(**overrides):
+    return cluster_spec(openclaw_dask.load_config(None, {**K8S, **overrides}))
+
+
+def _worker(spec):
+    return spec["spec"]["worker"]["spec"]["containers"][0]
+
+
+def test_cli_manifest_validates_against_the_operator_crd(crd_schema):
+    r = invoke("k8s", "manifest", "--set", "parallel.workers=8")
+    assert r.exit_code == 0, r.output
+    manifest = yaml.safe_load(r.output)
+    jsonschema.validate(manifest, crd_schema)
+    assert manifest["kind"] == "DaskCluster" and manifest["spec"]["worker"]["replicas"] == 8
+    broken = {**manifest, "spec": {**manifest["spec"], "worker": {**manifest["spec"]["worker"], "replicas": "eight"}}}
+    with pytest.raises(jsonschema.ValidationError):  # the schema does constrain what we print
+        jsonschema.validate(broken, crd_schema)
+
+
+def test_gpu_manifest_validates_and_asks_for_gpus_and_dask_cuda(crd_schema):
+    spec = _spec(**{"gpu.devices": [0, 1], "parallel.memory_pooling": True, "parallel.gpu_memory_fraction": 0.6})
+    jsonschema.validate(spec, crd_schema)
+    worker = _worker(spec)
+    assert worker["args"][:3] == ["dask", "cuda", "worker"]
+    assert worker["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert worker["args"][worker["args"].index("--rmm-pool-size") + 1] == "0.6"
+
+
+def test_config_keys_reach_the_resource(crd_schema):
+    spec = _spec(**{"parallel.omp_threads": 4, "cluster.memory_limit": "6GiB", "parallel.timeout": "45s",
+                    "cluster.preload": ["mypkg.setup"], "kubernetes.image": "registry.local/openclaw:1",
+                    "kubernetes.namespace": "science", "kubernetes.cluster_name": "nightly",
+                    "kubernetes.env": {"EXTRA_PIP_PACKAGES": "openclaw-dask", "OMP_NUM_THREADS": "2"},
+                    "kubernetes.service_type": "LoadBalancer", "fault_tolerance.allowed_failures": 5})
+    jsonschema.validate(spec, crd_schema)
+    worker, args = _worker(spec), _worker(spec)["args"]
+    env = {e["name"]: e["value"] for e in worker["env"]}
+    assert spec["metadata"] == {"name": "nightly", "namespace": "science"}
+    assert worker["image"] == "registry.local/openclaw:1"
+    assert args[args.index("--nthreads") + 1] == "4" and worker["resources"]["limits"]["cpu"] == "4"
+    assert args[args.index("--memory-limit") + 1] == str(6 * 2**30) and worker["resources"]["limits"]["memory"] == str(6 * 2**30)
+    assert args[args.index("--death-timeout") + 1] == "45s" and env["DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT"] == "45s"
+    assert args[args.index("--preload") + 1] == "mypkg.setup"
+    assert env["OMP_NUM_THREADS"] == "2" and env["MKL_NUM_THREADS"] == "4"  # the user's env wins
+    assert env["EXTRA_PIP_PACKAGES"] == "openclaw-dask" and env["DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES"] == "5"
+    assert spec["spec"]["scheduler"]["service"]["type"] == "LoadBalancer"
+    hybrid = _worker(_spec(**{"parallel.omp_threads": 4, "parallel.hybrid": True}))
+    assert hybrid["args"][hybrid["args"].index("--nthreads") + 1] == "1" and hybrid["resources"]["limits"]["cpu"] == "4"
+
+
+@pytest.mark.parametrize(("overrides", "key"), [
+    ({"parallel.workers": "auto"}, "parallel.workers"),
+    ({"parallel.communication": "ucx"}, "parallel.communication"),
+    ({"parallel.rdma": True}, "parallel.rdma"),
+    ({"cluster.dashboard": True}, "cluster.dashboard"),
+    ({"security.temporary_certificates": True}, "security.temporary_certificates"),
+    ({"kubernetes.cluster_name": "Not_A_Name"}, "kubernetes.cluster_name"),
+])
+def test_what_pods_cannot_honour_is_refused(overrides, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        openclaw_dask.load_config(None, {**K8S, **overrides})
+
+
+def test_kubernetes_keys_are_refused_on_other_backends_but_defaults_are_fine():
+    with pytest.raises(ConfigError, match=r"kubernetes\.image.*set parallel\.backend=kubernetes"):
+        openclaw_dask.load_config(None, {"kubernetes.image": "my/image:1"})
+    openclaw_dask.load_config(None, {"kubernetes.image": "ghcr.io/dask/dask:latest"})  # the default, written out
+
+
+def test_backend_declares_what_it_does():
+    backend = get_backend("kubernetes")
+    assert backend.capabilities.resize and backend.capabilities.adapt and backend.capabilities.pods
+    assert not backend.capabilities.in_process and not backend.capabilities.tls
+
+
+def test_cli_manifest_with_auto_workers_is_a_one_line_error():
+    assert_one_line_error(invoke("k8s", "manifest"), 2, "backend kubernetes needs a number of worker pods")
