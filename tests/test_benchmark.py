@@ -112,6 +112,8 @@ def test_compare_against_itself_reports_no_regression(quick_run):
 
     report = load_report(out / "report.json")
     assert {c["status"] for c in compare(report, load_report(out / "report.json"))} == {"same"}
+    inline = report._repr_html_()  # a notebook cell ending with the report shows its plots, offline
+    assert inline.startswith("<iframe srcdoc=") and "Speedup over the serial scheduler" in inline and "cdn.bokeh.org" not in inline
     assert regressions(report, 0) == []
 
 

@@ -191,6 +191,14 @@ def test_profile_html_renders_its_plots_in_headless_chromium(tmp_path):
     assert len(colors) >= 4, colors
 
 
+def test_profile_result_shows_its_plots_inline_in_a_notebook():
+    with openclaw_dask.session(workers=2) as s:
+        result = profile(s, "array-sum")
+    inline = result._repr_html_()
+    assert inline.startswith("<iframe srcdoc=") and "Bokeh" in inline and "cdn.bokeh.org" not in inline
+    assert "no problems found" in inline or all(v.kind in inline for v in result.report.verdicts)
+
+
 def test_collector_leaves_the_scheduler_as_it_found_it():
     from openclaw_dask.diagnostics.collect import collect
 

@@ -12,7 +12,7 @@ from openclaw_dask.cli._app import config_option, friendly, main, overrides, set
 
 @main.command(context_settings={"ignore_unknown_options": False})
 @click.argument("more", nargs=-1, metavar="[CONFIG.yaml | KEY=V1,V2] ...")
-@click.option("--suite", default="quick", show_default=True, help="quick (under 2 minutes on 2 cores) or standard.")
+@click.option("--suite", default="quick", show_default=True, help="smoke (3 kernels, 16 MiB: seconds), quick (under 2 minutes on 2 cores) or standard.")
 @click.option("--configs", multiple=True, metavar="FILE", help="Config files to compare (more may follow as arguments).")
 @click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2", help="Sweep a key over values (repeatable; cartesian product).")
 @click.option("--repeat", default=5, show_default=True, type=click.IntRange(1, 1000), help="Timed runs per row (after two warm-ups).")

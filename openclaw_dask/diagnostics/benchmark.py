@@ -34,6 +34,7 @@ from openclaw_dask.errors import ConfigError, ResultMismatch, RunError
 
 __all__ = [
     "SCHEMA",
+    "BenchmarkReport",
     "Configuration",
     "Plan",
     "check_report",
@@ -223,6 +224,15 @@ def _run_kernel(session: Any, name: str, size: int, repeat: int) -> dict[str, An
     }
 
 
+class BenchmarkReport(dict):
+    """A benchmark report: the ``report.json`` object, shown with its plots when a notebook cell ends with it."""
+
+    def _repr_html_(self) -> str:
+        from openclaw_dask.diagnostics.html import notebook_html
+
+        return notebook_html(_html_layout(self), "openclaw benchmark")
+
+
 def run_benchmark(
     configs: list[Configuration],
     *,
@@ -230,7 +240,7 @@ def run_benchmark(
     repeat: int = 5,
     progress: Callable[[str], None] | None = None,
     base_overrides: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> BenchmarkReport:
     """Run ``suite`` for each configuration and for the serial baseline; return the report dict.
 
     The serial baseline is the first configuration's file with ``base_overrides`` and
@@ -265,7 +275,7 @@ def run_benchmark(
     for r in rows:
         r["speedup_vs_serial"] = by_kernel[r["workload"]] / r["median_s"]
         r["speedup_vs_first"] = first[r["workload"]] / r["median_s"]  # vs the first configuration given
-    return {
+    return BenchmarkReport({
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(["openclaw", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("openclaw") else None,
@@ -274,7 +284,7 @@ def run_benchmark(
         "repeat": repeat,
         **_environment(bandwidth),
         "rows": rows,
-    }
+    })
 
 
 def _environment(bandwidth: dict[str, float]) -> dict[str, Any]:
@@ -448,7 +458,7 @@ def write_reports(report: dict[str, Any], out: str | Path) -> dict[str, Path]:
 _ROW_FIELDS = ("config", "workload", "median_s", "min_s", "max_s")
 
 
-def load_report(path: str | Path, *, suite: str | None = None) -> dict[str, Any]:
+def load_report(path: str | Path, *, suite: str | None = None) -> BenchmarkReport:
     """Read and check a ``report.json`` (before any benchmark runs); a clear error if it is not one.
 
     With ``suite``, the baseline must come from the same suite: other input sizes are not comparable.
@@ -465,4 +475,4 @@ def load_report(path: str | Path, *, suite: str | None = None) -> dict[str, Any]
         raise ConfigError(f"--compare {path}: its rows lack {', '.join(_ROW_FIELDS)} or have a zero median; regenerate it")
     if suite is not None and report.get("suite") != suite:
         raise ConfigError(f"--compare {path}: it is a {report.get('suite')} suite report, this run is --suite {suite}; compare like with like")
-    return report
+    return BenchmarkReport(report)

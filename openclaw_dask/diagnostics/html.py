@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["profile_layout", "write_html"]
+__all__ = ["notebook_html", "profile_layout", "write_html"]
 
 
 def _palette(names: list[str]) -> dict[str, str]:
@@ -91,3 +91,15 @@ def write_html(layout: Any, path: str | Path, title: str) -> Path:
     path = Path(path)
     path.write_text(file_html(layout, INLINE, title=title), "utf-8")
     return path
+
+
+def notebook_html(layout: Any, title: str, height: int = 900) -> str:
+    """``layout`` for a notebook cell: the self-contained page (Bokeh inline) in an ``iframe``.
+
+    It renders offline, and without BokehJS loaded in the notebook first (``output_notebook``).
+    """
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+
+    page = html.escape(file_html(layout, INLINE, title=title), quote=True)
+    return f'<iframe srcdoc="{page}" title="{html.escape(title)}" style="width:100%;height:{height}px;border:0"></iframe>'

@@ -22,6 +22,11 @@ class ProfileResult:
     workload: Any | None
     exit_code: int
 
+    def _repr_html_(self) -> str:  # the last expression of a notebook cell: verdicts and plots inline
+        from openclaw_dask.diagnostics.html import notebook_html, profile_layout
+
+        return notebook_html(profile_layout(self.report, self.record), "openclaw profile")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "workload": None if self.workload is None else self.workload.to_dict(),

@@ -113,6 +113,7 @@ KERNELS: dict[str, Callable[[Any, int], Prepared]] = {
 
 # suite -> (bytes per input, kernels); quick fits in under 2 minutes on 2 cores
 SUITES: dict[str, tuple[int, tuple[str, ...]]] = {
+    "smoke": (16 * 2**20, ("array-sum", "elementwise", "matmul")),  # seconds: notebooks, a first look
     "quick": (64 * 2**20, tuple(KERNELS)),
     "standard": (512 * 2**20, tuple(KERNELS)),
 }
