@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "getting-started.md"
@@ -35,3 +36,37 @@ def test_getting_started_commands_run_as_written(tmp_path):
     assert "overhead-bound" in outputs[planted]
     assert "overhead-bound" not in outputs["openclaw profile --size 256MiB --config fixed.yaml"]
     assert (tmp_path / "tuned.yaml").read_text().startswith("# tuned by `openclaw tune array-sum`")
+
+
+@pytest.mark.parametrize(("page", "generate"), [("configuration.md", "config_reference"), ("cli.md", "cli_reference")])
+def test_generated_reference_pages_are_current(page, generate):
+    from openclaw_dask.cli.reference import cli_reference
+    from openclaw_dask.config.reference import config_reference
+
+    text = {"config_reference": config_reference, "cli_reference": cli_reference}[generate]()
+    assert (ROOT / "docs" / page).read_text() == text, f"docs/{page} is stale: run python scripts/gen-docs.py"
+
+
+def test_configuration_reference_lists_every_key_with_its_default():
+    from openclaw_dask.config import KEYS, default_config_text
+    from openclaw_dask.config.reference import config_reference
+
+    text = config_reference()
+    defaults = yaml.safe_load(default_config_text())
+    for key in KEYS:
+        value = defaults[key.section][key.name]
+        shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else "{}" if value == {} else str(value)
+        assert f"| `{key.dotted}` | `{shown}` |" in text, key.dotted
+
+
+def test_cli_reference_has_every_command_and_the_help_it_prints():
+    from openclaw_dask.cli import main
+    from openclaw_dask.cli.reference import cli_reference
+
+    text = cli_reference()
+    for name in main.list_commands(None):
+        assert f"## `openclaw {name}`" in text
+    assert "## `openclaw k8s manifest`" in text and "## `openclaw config reference`" in text
+    r = subprocess.run([str(Path(sys.executable).parent / "openclaw"), "doctor", "--help"], capture_output=True, text=True,
+                       env={**os.environ, "COLUMNS": "100"}, check=False)
+    assert r.stdout.strip() in text  # the page shows what the command prints

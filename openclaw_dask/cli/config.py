@@ -1,4 +1,4 @@
-"""``openclaw config show`` and ``openclaw config validate``."""
+"""``openclaw config show``, ``openclaw config reference`` and ``openclaw config validate``."""
 
 from __future__ import annotations
 
@@ -70,6 +70,14 @@ def config_show(config_path: str | None, sets: tuple[str, ...], as_json: bool) -
     console.print(table)
     for line in computed:
         console.print(f"computed: {line}")
+
+
+@config.command("reference")
+def config_reference() -> None:
+    """Print every key, its default and what it does, as Markdown (docs/configuration.md)."""
+    from openclaw_dask.config.reference import config_reference as reference
+
+    click.echo(reference(), nl=False)
 
 
 @config.command("validate")
