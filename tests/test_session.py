@@ -215,3 +215,20 @@ def test_jupyter_repr_shows_backend_workers_threads_memory_chunks_dashboard_and_
         html = s._repr_html_()
         assert "thread (running)" in html and "this host, shared" in html and "dashboard" not in html
         assert "no workers to lose" in html
+
+
+def test_progress_bar_is_a_widget_in_a_notebook(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    from nbclient import NotebookClient
+
+    book = nbformat.v4.new_notebook()
+    book.cells = [nbformat.v4.new_code_cell(
+        "import openclaw_dask\n"
+        "from openclaw_dask.workloads import WORKLOADS\n"
+        "with openclaw_dask.session(workers=2) as s:\n"
+        "    assert WORKLOADS['array-sum'](s, size=8 * 2**20, repeat=1, progress=True).ok"
+    )]
+    NotebookClient(book, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    kinds = {kind for out in book.cells[0].outputs for kind in out.get("data", {})}
+    assert "application/vnd.jupyter.widget-view+json" in kinds  # rich's live bar, as an ipywidgets Output
+    assert not [o for o in book.cells[0].outputs if o.get("name") == "stderr" and "ipywidgets" in o.get("text", "")]

@@ -27,7 +27,8 @@ __all__ = ["GUIDE_WORKER_MEMORY", "Check", "DoctorReport", "doctor"]
 GUIDE_WORKER_MEMORY = 2 * 10**9  # the guide: about 2 GB per worker process
 EXTRAS = {  # distribution -> the openclaw-dask extra that brings it
     "mpi4py": "mpi", "dask-mpi": "mpi", "dask-cuda": "cuda", "cupy-cuda12x": "cuda", "cupy-cuda13x": "cuda",
-    "nvidia-ml-py": "cuda", "rmm-cu12": "cuda", "distributed-ucxx-cu12": "cuda", "dask-kubernetes": "k8s",
+    "nvidia-ml-py": "cuda", "rmm-cu12": "cuda", "distributed-ucxx-cu12": "cuda", "dask-kubernetes": "k8s", "kr8s": "k8s",
+    "ipykernel": "notebook", "ipywidgets": "notebook",
     "prometheus-client": "monitoring", "zarr": "io", "h5py": "io", "cryptography": "tls", "joblib": "bench",
 }
 
