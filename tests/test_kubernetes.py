@@ -108,3 +108,25 @@ def test_backend_declares_what_it_does():
 
 def test_cli_manifest_with_auto_workers_is_a_one_line_error():
     assert_one_line_error(invoke("k8s", "manifest"), 2, "backend kubernetes needs a number of worker pods")
+
+
+class _Recorder:
+    """Stands in for dask-kubernetes' KubeCluster, which needs a Kubernetes API server: records the calls made."""
+
+    def __init__(self):
+        self.calls = []
+
+    def adapt(self, **kwargs):
+        self.calls.append(("adapt", kwargs))
+
+    def scale(self, n):
+        self.calls.append(("scale", n))
+
+
+def test_adaptive_maps_onto_the_operator_autoscaler_and_stops_at_the_configured_size():
+    config = openclaw_dask.load_config(None, {**K8S, "elastic.adaptive": True, "elastic.min_workers": 2, "elastic.max_workers": 20})
+    cluster = _Recorder()
+    adaptive = get_backend("kubernetes").adapt(cluster, config)
+    assert cluster.calls == [("adapt", {"minimum": 2, "maximum": 20})]
+    adaptive.stop()  # scaling to a fixed size deletes the DaskAutoscaler
+    assert cluster.calls[-1] == ("scale", 8)
