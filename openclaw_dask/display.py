@@ -19,10 +19,13 @@ def session_rows(s: Any) -> list[tuple[str, str]]:
     state = "closed" if s.closed else "running" if s.started else "not started"
     rows = [("backend", f"{s.backend.name} ({state})"), ("engine", str(s.engine))]
     if s.started and not s.closed:
-        workers = s.workers()
-        memory = sum(w.get("memory_limit") or 0 for w in workers.values())
-        rows += [("workers", str(len(workers) or 1)), ("threads", str(s.slots)),
-                 ("memory", format_bytes(memory) + " (worker limits)" if memory else _host_memory())]
+        try:
+            workers = s.workers()
+            memory = sum(w.get("memory_limit") or 0 for w in workers.values())
+            rows += [("workers", str(len(workers) or 1)), ("threads", str(s.slots)),
+                     ("memory", format_bytes(memory) + " (worker limits)" if memory else _host_memory())]
+        except Exception as e:  # noqa: BLE001  (a repr must show even when the cluster has gone)
+            rows.append(("workers", f"cannot reach the scheduler ({type(e).__name__}: {e})"))
     p = s.config.parallel
     rows.append(("chunks", f"task_chunk_size {p.task_chunk_size}, strategy {p.strategy}"))
     link = _dashboard(s)
@@ -60,7 +63,10 @@ def _recovery(s: Any) -> str:
     retries = s.config.fault_tolerance.retries
     if not s.started or s.closed or s._client is None:
         return f"retries {retries}; no workers to lose"
-    r = s.recovery()
+    try:
+        r = s.recovery()
+    except Exception as e:  # noqa: BLE001  (as above)
+        return f"retries {retries}; counts unavailable ({type(e).__name__})"
     if r.workers_lost is None:
         return f"retries {retries}; counts unknown (the scheduler cannot load openclaw_dask)"
     return (f"retries {retries}; {r.workers_lost} worker(s) lost, {r.tasks_recomputed} task run(s) recomputed, "

@@ -11,7 +11,7 @@ from typing import Any
 
 __all__ = ["aside", "bar", "status", "track_persist", "watch_aside"]
 
-_WATCHERS: list[Callable[[str, float], None]] = []
+_WATCHERS: list[Callable[[str, float, float], None]] = []
 
 
 @contextmanager
@@ -65,20 +65,20 @@ def status(label: str, *, show: bool) -> Iterator[Any]:
 def aside(label: str) -> Iterator[None]:
     """Mark client-side work that is not part of the run (checking its answer against NumPy).
 
-    Each :func:`watch_aside` callback gets ``(label, seconds)`` when the block ends; the profiler
-    leaves that time out of the run's time outside tasks.
+    Each :func:`watch_aside` callback gets ``(label, start, stop)`` (``time.time()``) when the block ends;
+    the profiler leaves that time, and the tasks run inside it, out of the run's time outside tasks.
     """
-    t0 = time.perf_counter()
+    start = time.time()
     try:
         yield
     finally:
         for watch in _WATCHERS.copy():  # a callback may stop watching
-            watch(label, time.perf_counter() - t0)
+            watch(label, start, time.time())
 
 
 @contextmanager
-def watch_aside(callback: Callable[[str, float], None]) -> Iterator[None]:
-    """Call ``callback(label, seconds)`` for each :func:`aside` block that ends inside this one."""
+def watch_aside(callback: Callable[[str, float, float], None]) -> Iterator[None]:
+    """Call ``callback(label, start, stop)`` for each :func:`aside` block that ends inside this one."""
     _WATCHERS.append(callback)
     try:
         yield

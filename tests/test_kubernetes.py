@@ -64,7 +64,8 @@ def test_config_keys_reach_the_resource(crd_schema):
                     "cluster.preload": ["mypkg.setup"], "kubernetes.image": "registry.local/openclaw:1",
                     "kubernetes.namespace": "science", "kubernetes.cluster_name": "nightly",
                     "kubernetes.env": {"EXTRA_PIP_PACKAGES": "openclaw-dask", "OMP_NUM_THREADS": "2"},
-                    "kubernetes.service_type": "LoadBalancer", "fault_tolerance.allowed_failures": 5})
+                    "kubernetes.service_type": "LoadBalancer", "fault_tolerance.allowed_failures": 5,
+                    "dask.distributed.scheduler.worker-saturation": 1.5})
     jsonschema.validate(spec, crd_schema)
     worker, args = _worker(spec), _worker(spec)["args"]
     env = {e["name"]: e["value"] for e in worker["env"]}
@@ -74,11 +75,13 @@ def test_config_keys_reach_the_resource(crd_schema):
     assert args[args.index("--memory-limit") + 1] == str(6 * 2**30) and worker["resources"]["limits"]["memory"] == str(6 * 2**30)
     assert args[args.index("--death-timeout") + 1] == "45s" and env["DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT"] == "45s"
     assert args[args.index("--preload") + 1] == "mypkg.setup"
-    assert env["OMP_NUM_THREADS"] == "2" and env["MKL_NUM_THREADS"] == "4"  # the user's env wins
+    assert env["OMP_NUM_THREADS"] == "2" and env["MKL_NUM_THREADS"] == "1"  # the user's env wins; 1 BLAS thread per task thread
     assert env["EXTRA_PIP_PACKAGES"] == "openclaw-dask" and env["DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES"] == "5"
+    assert env["DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION"] == "1.5"  # the dask: section reaches the pods
     assert spec["spec"]["scheduler"]["service"]["type"] == "LoadBalancer"
     hybrid = _worker(_spec(**{"parallel.omp_threads": 4, "parallel.hybrid": True}))
     assert hybrid["args"][hybrid["args"].index("--nthreads") + 1] == "1" and hybrid["resources"]["limits"]["cpu"] == "4"
+    assert {e["name"]: e["value"] for e in hybrid["env"]}["MKL_NUM_THREADS"] == "4"  # hybrid: the BLAS threads, one task
 
 
 @pytest.mark.parametrize(("overrides", "key"), [
@@ -88,6 +91,8 @@ def test_config_keys_reach_the_resource(crd_schema):
     ({"cluster.dashboard": True}, "cluster.dashboard"),
     ({"security.temporary_certificates": True}, "security.temporary_certificates"),
     ({"kubernetes.cluster_name": "Not_A_Name"}, "kubernetes.cluster_name"),
+    ({"elastic.adaptive": True}, "elastic.max_workers"),  # auto: the autoscaler needs a number
+    ({"elastic.interval": "5s"}, "elastic.interval"),
 ])
 def test_what_pods_cannot_honour_is_refused(overrides, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):

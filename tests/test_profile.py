@@ -196,7 +196,25 @@ def test_profile_result_shows_its_plots_inline_in_a_notebook():
         result = profile(s, "array-sum")
     inline = result._repr_html_()
     assert inline.startswith("<iframe srcdoc=") and "Bokeh" in inline and "cdn.bokeh.org" not in inline
-    assert "no problems found" in inline or all(v.kind in inline for v in result.report.verdicts)
+    if result.report.verdicts:
+        assert all(v.kind in inline for v in result.report.verdicts)
+    else:
+        assert "no problems found" in inline
+
+
+def test_collector_cleans_up_when_the_block_raises():
+    from openclaw_dask.diagnostics.collect import collect
+
+    def plugins(dask_scheduler):
+        return set(dask_scheduler.plugins)
+
+    with openclaw_dask.session(workers=1, engine="distributed") as s:
+        before = s.client.run_on_scheduler(plugins)
+        with pytest.raises(ZeroDivisionError), collect(s):
+            s.compute(s.array((1000,), fill="ones").sum())
+            1 / 0  # noqa: B018
+        assert s.client.run_on_scheduler(plugins) == before
+        assert dask.config.get("array_optimize", None) is None
 
 
 def test_collector_leaves_the_scheduler_as_it_found_it():
@@ -384,5 +402,28 @@ def test_time_outside_tasks_names_its_cause(graph_bytes, graphs, in_process, fix
         record.tasks.append(TaskRecord(f"('x', {i})", "x", "a", 1, start, start + 0.2, MiB))
     (outside,) = _kind(analyze(record), "outside-tasks")
     assert fix in outside.fix and outside.overrides == {}
-    record.aside["checking"] = 3.0  # time the workload marked as not the run is left out
+
+
+def test_what_the_workload_sets_aside_and_the_tasks_run_for_it_are_left_out():
+    record = RunRecord(backend="process", start=0.0, stop=4.0)
+    record.workers["a"] = WorkerRecord("a", 1, 2**34, MiB, 0, 0, 0)
+    record.tasks += [TaskRecord(f"('x', {i})", "x", "a", 1, 0.2 * i, 0.2 * i + 0.2, MiB) for i in range(8)]
+    (outside,) = _kind(analyze(record), "outside-tasks")  # 2.4 s idle after the last task
+    assert outside.evidence["idle_s"] == pytest.approx(2.4)
+    record.aside.append(("checking the answer", 1.6, 4.0))
+    record.tasks.append(TaskRecord("('finalize-x', 0)", "finalize-x", "a", 1, 2.0, 2.5, 64 * MiB))  # the check's own task
     assert not _kind(analyze(record), "outside-tasks")
+
+
+def test_a_task_on_an_oversized_chunk_of_the_array_is_skew_even_when_fusion_hides_its_input():
+    from openclaw_dask.diagnostics.collect import ChunkLayout
+
+    record = _lanes_record([0.1] * 8, [0.1] * 7, 1.0)
+    for i, t in enumerate(record.tasks):  # blocks 1..15 of a 16-block array; block 0 is 8x the others
+        record.tasks[i] = TaskRecord(f"('mean_chunk-1', {i + 1})", "mean_chunk", t.worker, 1, t.start, t.stop, 8, input_bytes=500)
+    record.tasks.append(TaskRecord("('mean_chunk-1', 0)", "mean_chunk", "b", 1, 0.7, 1.5, 8, input_bytes=500))
+    record.stop = 1.5
+    assert _kind(analyze(record), "stragglers")  # no layout: it looks like a straggler
+    record.layouts.append(ChunkLayout("ones_like-1", ((4_000_000,) + (500_000,) * 15,), 8))
+    report = analyze(record)
+    assert _kind(report, "data-skew") and not _kind(report, "stragglers")

@@ -21,12 +21,12 @@ hands the same spec to dask-kubernetes' ``KubeCluster``. The mapping:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.base import Backend, Capabilities, RunningCluster
-from openclaw_dask.cluster.plugins import task_threads
+from openclaw_dask.cluster.plugins import blas_env, task_threads
 from openclaw_dask.errors import ClusterStartError, ConfigError
 
 if TYPE_CHECKING:
@@ -37,24 +37,31 @@ __all__ = ["KubernetesBackend", "cluster_spec", "manifest_yaml"]
 logger = logging.getLogger("openclaw_dask.cluster")
 
 SERVICE_TYPES = {"clusterip": "ClusterIP", "nodeport": "NodePort", "loadbalancer": "LoadBalancer"}
-BLAS_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-# Keys that describe local processes and have no pod counterpart: refused when set.
-_LOCAL_ONLY = (("cluster.host", "127.0.0.1"), ("cluster.dashboard", False), ("cluster.max_spill", "auto"),
-               ("cluster.allow_insecure_bind", False))
+# Keys that describe processes on this machine and have no pod counterpart: refused when set.
+_LOCAL_ONLY = ("cluster.host", "cluster.dashboard", "cluster.max_spill", "cluster.allow_insecure_bind",
+               "elastic.interval")  # the operator's autoscaler keeps its own pace
 
 
 def _env(config: Config) -> dict[str, str]:
-    """Variables both containers get: dask's settings, BLAS threads, then the user's (which win)."""
+    """Variables both containers get: dask's settings (openclaw's, then the ``dask:`` section's), BLAS
+    threads as worker processes get them, then ``kubernetes.env`` (which wins)."""
     p = config.parallel
-    env = {
-        "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": f"{p.timeout:g}s",
-        "DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": f"{max(p.timeout, 30):g}s",
-        "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": str(config.fault_tolerance.allowed_failures),
-        "DASK_LOGGING__DISTRIBUTED": p.log_level.lower(),
-        **{name: str(p.omp_threads) for name in BLAS_THREADS},
+    settings = {
+        "distributed.comm.timeouts.connect": f"{p.timeout:g}s",
+        "distributed.comm.timeouts.tcp": f"{max(p.timeout, 11.0):g}s",  # as cluster/settings.py sets it locally
+        "distributed.scheduler.allowed-failures": config.fault_tolerance.allowed_failures,
+        "logging.distributed": p.log_level.lower(),
+        **_flat(config.dask),
     }
-    env.update(dict(config.kubernetes.env))
-    return env
+    env = {"DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value) for key, value in settings.items()}
+    return {**env, **blas_env(config), **dict(config.kubernetes.env)}
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """The ``dask:`` section (dotted keys, or nested as written in a file) as dotted keys: dask reads ``DASK_A__B`` as ``a.b``."""
+    if not isinstance(tree, Mapping) or not tree:
+        return {prefix: tree} if prefix else {}
+    return {k: v for key, value in tree.items() for k, v in _flat(value, f"{prefix}.{key}" if prefix else key).items()}
 
 
 def _worker(config: Config) -> tuple[str, list[str], dict[str, Any]]:
@@ -140,8 +147,13 @@ class KubernetesBackend(Backend):
         if p.rdma:
             raise ConfigError.at(config, "parallel.rdma", "RDMA between pods needs UCX and host networking, which "
                                  "openclaw does not configure yet", hint="remove it")
-        for key, default in _LOCAL_ONLY:
-            if config.get(key) != default:
+        if config.elastic.adaptive and config.elastic.max_workers == "auto":
+            raise ConfigError.at(config, "elastic.max_workers", "the operator's autoscaler needs a largest number of "
+                                 "worker pods", hint="e.g. --set elastic.max_workers=16")
+        from openclaw_dask.config import packaged_defaults
+
+        for key in _LOCAL_ONLY:
+            if config.get(key) != packaged_defaults().get(key):
                 raise ConfigError.at(config, key, "describes processes on this machine; the pods' are set by the "
                                      "operator and the kubernetes section", hint="remove it")
 
@@ -155,17 +167,22 @@ class KubernetesBackend(Backend):
         return [f"DaskCluster {k.cluster_name} in namespace {k.namespace}: {pods} (openclaw k8s manifest prints it)"]
 
     def start(self, config: Config) -> RunningCluster:
+        """Create the DaskCluster (never reuse one of that name: closing deletes what it made) and connect."""
         from dask_kubernetes.operator import KubeCluster
+        from dask_kubernetes.operator.kubecluster.kubecluster import CreateMode
         from distributed import Client
 
         spec = cluster_spec(config)
         try:
             cluster = KubeCluster(custom_cluster_spec=spec, namespace=config.kubernetes.namespace, shutdown_on_close=True,
-                                  resource_timeout=int(max(config.parallel.timeout, 60)), quiet=True)
+                                  create_mode=CreateMode.CREATE_ONLY, resource_timeout=int(max(config.parallel.timeout, 60)),
+                                  quiet=True)
         except Exception as e:  # kr8s, kopf and the API server raise many kinds
-            raise ClusterStartError(f"could not create DaskCluster {config.kubernetes.cluster_name} in namespace "
-                                    f"{config.kubernetes.namespace} ({type(e).__name__}: {e}); check kubectl's context "
-                                    "and that the dask-kubernetes operator is installed") from e
+            k = config.kubernetes
+            raise ClusterStartError(f"could not start DaskCluster {k.cluster_name} in namespace {k.namespace} "
+                                    f"({type(e).__name__}: {e}); check kubectl's context and that the dask-kubernetes "
+                                    "operator is installed; if the resource was made, remove it with "
+                                    f"kubectl delete daskcluster {k.cluster_name} -n {k.namespace}") from e
         try:
             client = Client(cluster, timeout=config.parallel.timeout)
         except BaseException:
@@ -192,7 +209,10 @@ class _Stop:
         self.cluster, self.n = cluster, n
 
     def stop(self) -> None:
-        self.cluster.scale(self.n)
+        try:
+            self.cluster.scale(self.n)
+        except Exception as e:  # noqa: BLE001  (teardown: the cluster is deleted next; say so, do not fail the close)
+            logger.warning("could not turn the autoscaler off (%s: %s); the DaskCluster is deleted next", type(e).__name__, e)
 
 
 def manifest_yaml(path: Any = None, overrides: dict[str, Any] | None = None) -> str:

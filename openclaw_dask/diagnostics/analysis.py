@@ -10,6 +10,7 @@ balanced control).
 
 from __future__ import annotations
 
+import ast
 import heapq
 import math
 import statistics
@@ -221,7 +222,7 @@ def analyze(record: RunRecord, *, chunk_hint: int | None = None) -> ProfileRepor
     report.verdicts += stragglers
     cause = "data-skew" if skewed else "stragglers" if stragglers else None
     report.verdicts += _imbalance(imbalance, sum(values), lanes, cause, wall, _balanced_chunk(record, by_group, chunk_hint, len(lanes)))
-    report.verdicts += _outside(record, by_group, wall)
+    report.verdicts += _outside(record, wall)
     report.verdicts += _overhead(record, by_group, chunk_hint)
     report.verdicts += _memory(report.workers, record, chunk_hint)
     report.verdicts += _transfer(tasks, report.workers, shareable=not record.in_process and _one_local_host(report.workers))
@@ -307,6 +308,35 @@ def _makespan(durations: list[float], lanes: int) -> float:
     return max(free)
 
 
+def _block_index(key: str) -> tuple[int, ...] | None:
+    """The block index of a task key written as ``('name', 0, 3)``, else None (pure)."""
+    if not key.startswith("("):
+        return None
+    try:
+        parts = ast.literal_eval(key)
+    except (ValueError, SyntaxError):
+        return None
+    index = tuple(parts[1:]) if isinstance(parts, tuple) else ()
+    return index if index and all(isinstance(i, int) for i in index) else None
+
+
+def _oversized(layouts: list[ChunkLayout], members: list[TaskRecord]) -> set[int]:
+    """``id`` of the tasks whose block is an oversized chunk of an array with the group's block grid.
+
+    Fusion can hide a big chunk from a task's inputs (``da.ones`` made inside a fused reduction);
+    the block index still says which chunk the task worked on.
+    """
+    index = {id(t): i for t in members if (i := _block_index(t.key)) is not None}
+    distinct = set(index.values())
+    for layout in layouts:
+        sizes = layout.block_bytes()
+        fits = all(len(i) == sizes.ndim and all(n < m for n, m in zip(i, sizes.shape)) for i in distinct)
+        if fits and len(distinct) >= 0.9 * sizes.size:  # the group covers this array's block grid
+            limit = NORMAL_SIZE * float(np.median(sizes))
+            return {tid for tid, i in index.items() if sizes[i] > limit}
+    return set()
+
+
 def _stragglers(record: RunRecord, by_group: dict[str, list[TaskRecord]], wall: float) -> list[Verdict]:
     """Rare slow tasks on normal-sized data, named when they cost the run wall time."""
     slots = sum(w.nthreads for w in record.workers.values()) or 1
@@ -318,9 +348,10 @@ def _stragglers(record: RunRecord, by_group: dict[str, list[TaskRecord]], wall: 
         median_d = statistics.median(t.duration for t in members)
         normal_out = NORMAL_SIZE * statistics.median(t.nbytes for t in members)
         normal_in = NORMAL_SIZE * statistics.median(t.input_bytes for t in members)
+        big = _oversized(record.layouts, members)
         slow = sorted(  # a big chunk being slow is skew, not a straggler
             (t for t in members if t.duration > STRAGGLER_RATIO * median_d and t.duration - median_d >= STRAGGLER_MIN_COST_S
-             and t.nbytes <= normal_out and t.input_bytes <= normal_in),
+             and t.nbytes <= normal_out and t.input_bytes <= normal_in and id(t) not in big),
             key=lambda t: -t.duration,
         )
         if not slow or len(slow) > max(1, STRAGGLER_RARITY * len(members)):
@@ -356,20 +387,33 @@ def _busy_union(tasks: list[TaskRecord]) -> tuple[float, float, float]:
     return spans[0][0], max(s for _, s in spans), busy + hi - lo
 
 
-def _outside(record: RunRecord, by_group: dict[str, list[TaskRecord]], wall: float) -> list[Verdict]:
-    """Wall time with no task running anywhere: graph building and submission, results sent back, or the client's own code."""
-    if not record.tasks:
+def _left_out(record: RunRecord) -> tuple[list[TaskRecord], dict[str, float]]:
+    """The tasks outside :func:`~openclaw_dask.progress.aside` blocks, and the seconds of each block's label."""
+    inside = [(a, b) for _, a, b in record.aside]
+    run = [t for t in record.tasks if not any(a <= t.start and t.stop <= b for a, b in inside)]
+    seconds: dict[str, float] = {}
+    for label, a, b in record.aside:
+        seconds[label] = seconds.get(label, 0.0) + b - a
+    return run, seconds
+
+
+def _outside(record: RunRecord, wall: float) -> list[Verdict]:
+    """Wall time with no task running anywhere: graph building and submission, results sent back, or the client's own code.
+
+    Left out: what the workload marked as not the run (checking its answer, and the tasks that ran for it),
+    and the scheduling the tasks themselves cost (the overhead-bound verdict's part: it leaves lanes idle too).
+    """
+    tasks, aside = _left_out(record)
+    if not tasks:
         return []
-    first, last, busy = _busy_union(record.tasks)
-    # Checking an answer is not the run, and scheduling (serial, in the scheduler) leaves lanes idle too:
-    # the overhead-bound verdict's part.
-    scheduling = len(record.tasks) * record.task_overhead_s
-    outside = wall - busy - sum(record.aside.values()) - scheduling
+    first, last, busy = _busy_union(tasks)
+    idle, scheduling = wall - busy, len(tasks) * record.task_overhead_s
+    outside = idle - sum(aside.values()) - scheduling
     if outside < max(OUTSIDE_MIN_S, OUTSIDE_FRACTION * wall):
         return []
     before, after = max(0.0, first - record.start), max(0.0, record.stop - last)
-    between = max(0.0, wall - busy - before - after)
-    returned = sum(t.nbytes for name, members in by_group.items() if _finalize(name) for t in members)
+    between = max(0.0, idle - before - after)
+    returned = sum(t.nbytes for t in tasks if _finalize(t.group))
     if record.graph_bytes >= LARGE_GRAPH and not record.in_process:
         fix = (f"the graphs carried {format_bytes(record.graph_bytes)} of data, sent with every compute (e.g. da.from_array "
                "over an in-memory array): load it inside tasks (openclaw_dask.io.read, da.from_zarr, da.from_delayed), "
@@ -383,15 +427,17 @@ def _outside(record: RunRecord, by_group: dict[str, list[TaskRecord]], wall: flo
     else:
         fix = ("the client was busy building and sending the graph, or running its own code: fewer, bigger tasks "
                "make smaller graphs; a Python profiler (pyinstrument) on the script shows where the rest goes")
+    less = "".join(f", {format_time(v)} {k}" for k, v in aside.items())
     return [
         Verdict(
             "outside-tasks",
-            f"no task ran for {format_time(outside)} ({outside / wall:.0%} of the run): {format_time(before)} before the "
-            f"first task, {format_time(between)} between tasks, {format_time(after)} after the last"
-            + "".join(f"; {format_time(v)} {k} left out" for k, v in record.aside.items()),
-            {"outside_s": round(outside, 4), "share": round(outside / wall, 3), "before_first_task_s": round(before, 4),
-             "between_s": round(between, 4), "after_last_task_s": round(after, 4), "graphs": record.graphs,
-             "scheduling_s": round(scheduling, 4), "graph_bytes": record.graph_bytes, "result_bytes": returned, "left_out_s": {k: round(v, 4) for k, v in record.aside.items()}},
+            f"{format_time(outside)} ({outside / wall:.0%} of the run) went outside tasks: every lane was idle for "
+            f"{format_time(idle)} ({format_time(before)} before the first task, {format_time(between)} between tasks, "
+            f"{format_time(after)} after the last), less {format_time(scheduling)} of scheduling{less}",
+            {"outside_s": round(outside, 4), "share": round(outside / wall, 3), "idle_s": round(idle, 4),
+             "before_first_task_s": round(before, 4), "between_s": round(between, 4), "after_last_task_s": round(after, 4),
+             "scheduling_s": round(scheduling, 4), "left_out_s": {k: round(v, 4) for k, v in aside.items()},
+             "graphs": record.graphs, "graph_bytes": record.graph_bytes, "result_bytes": returned},
             fix,
         )
     ]

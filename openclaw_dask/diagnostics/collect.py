@@ -16,6 +16,8 @@ wherever the graph is materialised: in this process, or on the scheduler).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import threading
 import time
@@ -25,6 +27,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+logger = logging.getLogger("openclaw_dask.diagnostics")
 
 __all__ = ["ChunkLayout", "RunRecord", "TaskRecord", "WorkerRecord", "collect", "layouts_of"]
 
@@ -95,7 +99,7 @@ class RunRecord:
     layouts: list[ChunkLayout] = field(default_factory=list)
     graphs: int = 0  # graphs submitted (computes, persists)
     graph_bytes: int = 0  # data embedded in the graphs' task specs
-    aside: dict[str, float] = field(default_factory=dict)  # seconds of client work that is not the run (progress.aside)
+    aside: list[tuple[str, float, float]] = field(default_factory=list)  # (label, start, stop): client work that is not the run
 
     @property
     def wall_s(self) -> float:
@@ -116,7 +120,9 @@ def _group(key: Any) -> str:
 
 INPUT_PROBE = "openclaw-inputs"
 MAX_LAYOUT_BLOCKS = 1_000_000  # a bigger block grid costs the probe more than it tells
-_LAYOUTS: dict[str, list[ChunkLayout]] = defaultdict(list)  # run id -> layouts noted in this process
+_LAYOUTS: dict[str, list[ChunkLayout]] = {}  # open run id -> layouts noted in this process
+# dask.config is process-wide: one profile's probe at a time (another thread's profile waits; nesting is fine)
+_PROBING = threading.RLock()
 
 
 def layouts_of(graph: Any) -> list[ChunkLayout]:
@@ -150,11 +156,17 @@ class _LayoutProbe:
     then: Any
 
     def __call__(self, dsk: Any, keys: Any, **kwargs: Any) -> Any:
-        _LAYOUTS[self.run].extend(layouts_of(dsk))
+        found = _LAYOUTS.get(self.run)
+        if found is not None:  # a graph materialised after its run ended is not noted (nor kept)
+            found.extend(layouts_of(dsk))
         return self.then(dsk, keys, **kwargs)
 
 
-def _pop_layouts(run: str, dask_scheduler: Any = None) -> list[ChunkLayout]:
+def _open_layouts(run: str) -> None:
+    _LAYOUTS.setdefault(run, [])
+
+
+def _pop_layouts(run: str) -> list[ChunkLayout]:
     return _LAYOUTS.pop(run, [])
 
 
@@ -165,19 +177,28 @@ def _probe_layouts(record: RunRecord, client: Any = None) -> Iterator[None]:
     from dask.array.optimization import optimize
     from dask.base import dont_optimize
 
-    run, then = uuid.uuid4().hex, dask.config.get("array_optimize", None)
-    then = optimize if then is None else then if callable(then) else dont_optimize  # as dask reads the key
-    try:
-        with dask.config.set(array_optimize=_LayoutProbe(run, then)):
-            yield
-    finally:
-        # the graph is materialised where it runs: here, or on a distributed scheduler
-        remote = client.run_on_scheduler(_pop_layouts, run=run) if client is not None else []
-        record.layouts = _unique([*_pop_layouts(run), *remote])
+    run = uuid.uuid4().hex
+    with _PROBING:
+        then = dask.config.get("array_optimize", None)
+        then = optimize if then is None else then if callable(then) else dont_optimize  # as dask reads the key
+        _open_layouts(run)
+        try:
+            if client is not None:  # the graph is materialised where it runs: here, or on a distributed scheduler
+                client.run_on_scheduler(_open_layouts, run=run)
+            with dask.config.set(array_optimize=_LayoutProbe(run, then)):
+                yield
+        finally:
+            found = _pop_layouts(run)
+            if client is not None:
+                try:
+                    found += client.run_on_scheduler(_pop_layouts, run=run)
+                except Exception as e:  # noqa: BLE001  (never hide the run's own error behind the probe's)
+                    logger.warning("could not read the array layouts from the scheduler: %s: %s", type(e).__name__, e)
+            record.layouts = _unique(found)
 
 
-def _add_input_probe(dask_scheduler: Any) -> None:
-    """Count graphs, and note what each task read: bytes in its spec and its dependencies' outputs."""
+def _add_input_probe(dask_scheduler: Any, name: str, client: str) -> None:
+    """Count ``client``'s graphs, and note what each task read: bytes in its spec and its dependencies' outputs."""
     from dask.sizeof import sizeof
     from distributed.diagnostics.plugin import SchedulerPlugin
 
@@ -186,7 +207,7 @@ def _add_input_probe(dask_scheduler: Any) -> None:
             self.graphs, self.inputs = 0, {}
 
         def update_graph(self, scheduler: Any, **kwargs: Any) -> None:
-            self.graphs += 1
+            self.graphs += kwargs.get("client") == client
 
         def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
             ts = dask_scheduler.tasks.get(key) if (start, finish) == ("processing", "memory") else None
@@ -194,11 +215,11 @@ def _add_input_probe(dask_scheduler: Any) -> None:
                 spec = sizeof(ts.run_spec) if ts.run_spec is not None else 0
                 self.inputs[_key_text(key)] = (spec, sum(max(0, d.nbytes) for d in ts.dependencies))
 
-    dask_scheduler.add_plugin(InputProbe(), name=INPUT_PROBE)
+    dask_scheduler.add_plugin(InputProbe(), name=name)
 
 
-def _pop_input_probe(dask_scheduler: Any) -> dict[str, Any]:
-    probe = dask_scheduler.plugins.pop(INPUT_PROBE, None)
+def _pop_input_probe(dask_scheduler: Any, name: str) -> dict[str, Any]:
+    probe = dask_scheduler.plugins.pop(name, None)
     return {"graphs": probe.graphs, "inputs": probe.inputs} if probe is not None else {"graphs": 0, "inputs": {}}
 
 
@@ -255,10 +276,7 @@ def collect(session: Any) -> Iterator[RunRecord]:
     record = RunRecord(backend=backend.name, start=time.time(), task_overhead_s=session.engine.task_overhead_s,
                        in_process=backend.capabilities.in_process, engine=str(session.engine))
 
-    def note(label: str, seconds: float) -> None:
-        record.aside[label] = record.aside.get(label, 0.0) + seconds
-
-    with watch_aside(note):
+    with watch_aside(lambda label, start, stop: record.aside.append((label, start, stop))):
         if not session.engine.distributed:
             with _probe_layouts(record), _local(record, session.slots, session.running.local.get("pool")):
                 yield record
@@ -270,20 +288,22 @@ def collect(session: Any) -> Iterator[RunRecord]:
 
 @contextmanager
 def _distributed(record: RunRecord, client: Any) -> Iterator[None]:
-    """The task stream, the input probe and the workers' counters over the block."""
+    """The task stream, the input probe and the workers' counters over the block; each undone even if another fails."""
     from distributed import get_task_stream
 
     since = client.run(_worker_start)
-    had_stream = client.run_on_scheduler(_has_task_stream)
-    client.run_on_scheduler(_add_input_probe)
-    try:
-        with _probe_layouts(record, client), get_task_stream(client) as stream:
+    name, probe = f"{INPUT_PROBE}-{uuid.uuid4().hex}", {"graphs": 0, "inputs": {}}
+    with contextlib.ExitStack() as undo:  # reverse order: the stream is read before its plugin goes
+        if not client.run_on_scheduler(_has_task_stream):  # the plugin costs every later task a little
+            undo.callback(client.run_on_scheduler, _drop_task_stream)
+        client.run_on_scheduler(_add_input_probe, name=name, client=client.id)
+        undo.callback(lambda: probe.update(client.run_on_scheduler(_pop_input_probe, name=name)))
+        undo.enter_context(_probe_layouts(record, client))
+        stream = undo.enter_context(get_task_stream(client))
+        try:
             yield
-    finally:
-        record.stop = time.time()
-        probe = client.run_on_scheduler(_pop_input_probe)
-        if not had_stream:  # the plugin costs every later task a little: leave the scheduler as it was
-            client.run_on_scheduler(_drop_task_stream)
+        finally:
+            record.stop = time.time()
     record.graphs = probe["graphs"]
     record.graph_bytes = sum(spec for spec, _ in probe["inputs"].values())
     record.tasks += _stream_tasks(stream.data, record, probe["inputs"])

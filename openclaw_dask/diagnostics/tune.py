@@ -159,11 +159,11 @@ def tune(config: Any, target: str = "array-sum", *, script_args: tuple[str, ...]
     """
     import psutil
 
-    cores = cores or psutil.cpu_count() or 1
+    cores, t0 = cores or psutil.cpu_count() or 1, time.perf_counter()  # the profiled run counts against the budget
     baseline = Trial({})
     grid = space if space is not None else _with_fixes(candidates(config, cores), profiled_fixes(config, target, script_args, say))
     everyone = [baseline] + [Trial(o) for o in grid]
-    alive, t0 = list(everyone), time.perf_counter()
+    alive = list(everyone)
 
     def run(trial: Trial, samples: int, note: str) -> None:
         more = samples - len(trial.times)
