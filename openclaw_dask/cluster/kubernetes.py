@@ -21,7 +21,7 @@ hands the same spec to dask-kubernetes' ``KubeCluster``. The mapping:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -43,25 +43,18 @@ _LOCAL_ONLY = ("cluster.host", "cluster.dashboard", "cluster.max_spill", "cluste
 
 
 def _env(config: Config) -> dict[str, str]:
-    """Variables both containers get: dask's settings (openclaw's, then the ``dask:`` section's), BLAS
-    threads as worker processes get them, then ``kubernetes.env`` (which wins)."""
-    p = config.parallel
-    settings = {
-        "distributed.comm.timeouts.connect": f"{p.timeout:g}s",
-        "distributed.comm.timeouts.tcp": f"{max(p.timeout, 11.0):g}s",  # as cluster/settings.py sets it locally
-        "distributed.scheduler.allowed-failures": config.fault_tolerance.allowed_failures,
-        "logging.distributed": p.log_level.lower(),
-        **_flat(config.dask),
-    }
+    """Variables both containers get: the dask settings every process of a session takes
+    (:func:`~openclaw_dask.cluster.settings.dask_settings`, the ``dask:`` section included), BLAS threads
+    as worker processes get them, then ``kubernetes.env`` (which wins)."""
+    from openclaw_dask.cluster.settings import dask_settings
+
+    settings = {"logging.distributed": config.parallel.log_level.lower()}
+    settings.update(  # preloads are worker options here; a nanny's pre-spawn variables are the containers' own
+        (k, v) for k, v in dask_settings(config, KubernetesBackend()).items()
+        if not k.endswith(".preload") and ".pre-spawn-environ." not in k
+    )
     env = {"DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value) for key, value in settings.items()}
     return {**env, **blas_env(config), **dict(config.kubernetes.env)}
-
-
-def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """The ``dask:`` section (dotted keys, or nested as written in a file) as dotted keys: dask reads ``DASK_A__B`` as ``a.b``."""
-    if not isinstance(tree, Mapping) or not tree:
-        return {prefix: tree} if prefix else {}
-    return {k: v for key, value in tree.items() for k, v in _flat(value, f"{prefix}.{key}" if prefix else key).items()}
 
 
 def _worker(config: Config) -> tuple[str, list[str], dict[str, Any]]:

@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
-from dask.utils import format_bytes, format_time
+from dask.utils import format_bytes, format_time, key_split
 
 from openclaw_dask.chunking import MAX_AUTO_CHUNK, min_auto_chunk
 from openclaw_dask.diagnostics.collect import ChunkLayout, RunRecord, TaskRecord
@@ -218,7 +218,7 @@ def analyze(record: RunRecord, *, chunk_hint: int | None = None) -> ProfileRepor
     report = ProfileReport(record.backend, record.wall_s, len(tasks), slots, workers, groups, imbalance, engine=record.engine)
     skewed = _one(_layout_skew(record.layouts) or _skew(by_group))  # the layout names the array to rechunk
     report.verdicts += skewed
-    stragglers = _stragglers(record, by_group, wall)
+    stragglers = _stragglers(record, by_group, wall, slots)
     report.verdicts += stragglers
     cause = "data-skew" if skewed else "stragglers" if stragglers else None
     report.verdicts += _imbalance(imbalance, sum(values), lanes, cause, wall, _balanced_chunk(record, by_group, chunk_hint, len(lanes)))
@@ -268,8 +268,6 @@ def _one(found: list[Verdict]) -> list[Verdict]:
 
 def _layout_skew(layouts: list[ChunkLayout]) -> list[Verdict]:
     """Skew in the chunk layout of an array computed, whatever fusion later did to its tasks."""
-    from dask.utils import key_split
-
     out = []
     for layout in layouts:
         sizes = layout.block_bytes()
@@ -337,10 +335,10 @@ def _oversized(layouts: list[ChunkLayout], members: list[TaskRecord]) -> set[int
     return set()
 
 
-def _stragglers(record: RunRecord, by_group: dict[str, list[TaskRecord]], wall: float) -> list[Verdict]:
-    """Rare slow tasks on normal-sized data, named when they cost the run wall time."""
-    slots = sum(w.nthreads for w in record.workers.values()) or 1
+def _stragglers(record: RunRecord, by_group: dict[str, list[TaskRecord]], wall: float, slots: int) -> list[Verdict]:
+    """Rare slow tasks on normal-sized data, named when they cost the run wall time (``slots``: the run's lanes)."""
     ordered = sorted(record.tasks, key=lambda t: t.start)
+    as_run = _makespan([t.duration for t in ordered], slots)
     out = []
     for name, members in by_group.items():
         if len(members) < MIN_GROUP:
@@ -357,8 +355,7 @@ def _stragglers(record: RunRecord, by_group: dict[str, list[TaskRecord]], wall: 
         if not slow or len(slow) > max(1, STRAGGLER_RARITY * len(members)):
             continue
         named = {id(t) for t in slow}  # what the run would take had they run at the median
-        cost = _makespan([t.duration for t in ordered], slots) - _makespan(
-            [median_d if id(t) in named else t.duration for t in ordered], slots)
+        cost = as_run - _makespan([median_d if id(t) in named else t.duration for t in ordered], slots)
         if cost < max(STRAGGLER_MIN_COST_S, STRAGGLER_WALL_FRACTION * wall):
             continue
         out.append(

@@ -83,13 +83,18 @@ def profile_layout(report: Any, record: Any) -> Any:
     return column(_verdicts_div(report), ts, row(load, hist))
 
 
-def write_html(layout: Any, path: str | Path, title: str) -> Path:
-    """Write ``layout`` as one HTML file with Bokeh's JavaScript inline."""
+def _page(layout: Any, title: str) -> str:
+    """``layout`` as one HTML document with Bokeh's JavaScript inline (it opens offline)."""
     from bokeh.embed import file_html
     from bokeh.resources import INLINE
 
+    return file_html(layout, INLINE, title=title)
+
+
+def write_html(layout: Any, path: str | Path, title: str) -> Path:
+    """Write ``layout`` as one HTML file with Bokeh's JavaScript inline."""
     path = Path(path)
-    path.write_text(file_html(layout, INLINE, title=title), "utf-8")
+    path.write_text(_page(layout, title), "utf-8")
     return path
 
 
@@ -98,8 +103,5 @@ def notebook_html(layout: Any, title: str, height: int = 900) -> str:
 
     It renders offline, and without BokehJS loaded in the notebook first (``output_notebook``).
     """
-    from bokeh.embed import file_html
-    from bokeh.resources import INLINE
-
-    page = html.escape(file_html(layout, INLINE, title=title), quote=True)
+    page = html.escape(_page(layout, title), quote=True)
     return f'<iframe srcdoc="{page}" title="{html.escape(title)}" style="width:100%;height:{height}px;border:0"></iframe>'
