@@ -232,3 +232,36 @@ def test_progress_bar_is_a_widget_in_a_notebook(tmp_path):
     kinds = {kind for out in book.cells[0].outputs for kind in out.get("data", {})}
     assert "application/vnd.jupyter.widget-view+json" in kinds  # rich's live bar, as an ipywidgets Output
     assert not [o for o in book.cells[0].outputs if o.get("name") == "stderr" and "ipywidgets" in o.get("text", "")]
+
+
+_HEAP_PROBE = """
+import ast, gc, sys, numpy as np, psutil, openclaw_dask
+rss = lambda: psutil.Process().memory_info().rss
+def churn():  # a chunk-sized temporary, allocated and freed as a task would
+    a = np.ones(96 * 2**20 // 8); del a; gc.collect()
+before = rss(); churn(); outside = rss() - before
+with openclaw_dask.session(**{sys.argv[1]: ast.literal_eval(sys.argv[2])}):
+    before = rss(); churn(); inside = rss() - before
+    kept = rss()
+after = kept - rss()
+print(outside // 2**20, inside // 2**20, after // 2**20)
+"""
+
+
+@pytest.mark.parametrize(("key", "value", "reused"), [("parallel.backend", "'thread'", True), ("parallel.enabled", "False", True),
+                                                      ("parallel.backend", "'process'", False)])
+def test_local_engines_keep_freed_blocks_for_reuse_and_give_them_back_on_close(key, value, reused):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}  # those turn it off
+    out = subprocess.run([sys.executable, "-c", _HEAP_PROBE, key, value], capture_output=True, text=True, timeout=60, env=env,
+                         check=True).stdout.split()
+    outside, inside, returned = map(int, out)
+    assert outside < 16  # glibc's default: a 96 MiB block is unmapped when freed
+    if reused:
+        assert inside >= 90, "the freed block stays in this process for the next task"
+        assert returned >= 90, "closing the session gives it back (malloc_trim)"
+    else:  # a distributed engine: the client's process is not where tasks run; keep glibc's defaults
+        assert inside < 16

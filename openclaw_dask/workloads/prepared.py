@@ -51,6 +51,7 @@ class Prepared:
         """The last of ``repeat`` runs' results, and the seconds of each run."""
         result, times = None, []
         for _ in range(repeat):
+            result = None  # every run starts with the memory the last warm-up had, not one result more
             t0 = time.perf_counter()
             result = self.execute(session, progress=progress)
             times.append(time.perf_counter() - t0)
