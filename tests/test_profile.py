@@ -388,6 +388,17 @@ def test_a_big_input_being_slow_is_skew_not_a_straggler():
     assert not _kind(analyze(record), "stragglers")
 
 
+def test_a_straggler_running_beside_a_slow_big_chunk_is_still_named():
+    # Seen in issue 13's example: block 5 sleeps 1.5 s on lane a while the 16x chunk takes 1.4 s on lane b.
+    # As run, the stragglers cost nothing (the big chunk ends the run anyway); with the skew fixed they cost ~1.4 s.
+    record = _lanes_record([0.1] * 4 + [1.5], [0.1] * 4, 1.9)
+    record.tasks.append(TaskRecord("('x', 'big')", "x", "b", 1, 0.4, 1.8, 8, input_bytes=16 * MiB))
+    report = analyze(record)
+    assert _kind(report, "data-skew")
+    (slow,) = _kind(report, "stragglers")
+    assert slow.evidence["tasks"][0]["key"] == "('x', 'a4')" and slow.evidence["cost_s"] == pytest.approx(1.4)
+
+
 @pytest.mark.parametrize(("graph_bytes", "graphs", "in_process", "fix"), [
     (200 * MiB, 1, False, "client.scatter"),  # data sent inside the graph
     (200 * MiB, 1, True, "pyinstrument"),  # ... costs nothing to send within one process

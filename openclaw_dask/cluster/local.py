@@ -108,7 +108,8 @@ class LocalBackend(Backend):
         except Exception as e:  # distributed raises many types for a failed start
             raise ClusterStartError(f"could not start the {self.name} cluster ({type(e).__name__}: {e})") from e
         try:
-            client = Client(cluster, timeout=config.parallel.timeout, security=kwargs.get("security"))
+            # results come straight from the workers, which are on this machine, not relayed by the scheduler
+            client = Client(cluster, timeout=config.parallel.timeout, security=kwargs.get("security"), direct_to_workers=True)
         except Exception as e:
             cluster.close()
             raise ClusterStartError(f"could not connect to the {self.name} cluster ({type(e).__name__}: {e})") from e

@@ -338,7 +338,6 @@ def _oversized(layouts: list[ChunkLayout], members: list[TaskRecord]) -> set[int
 def _stragglers(record: RunRecord, by_group: dict[str, list[TaskRecord]], wall: float, slots: int) -> list[Verdict]:
     """Rare slow tasks on normal-sized data, named when they cost the run wall time (``slots``: the run's lanes)."""
     ordered = sorted(record.tasks, key=lambda t: t.start)
-    as_run = _makespan([t.duration for t in ordered], slots)
     out = []
     for name, members in by_group.items():
         if len(members) < MIN_GROUP:
@@ -347,15 +346,19 @@ def _stragglers(record: RunRecord, by_group: dict[str, list[TaskRecord]], wall: 
         normal_out = NORMAL_SIZE * statistics.median(t.nbytes for t in members)
         normal_in = NORMAL_SIZE * statistics.median(t.input_bytes for t in members)
         big = _oversized(record.layouts, members)
+        skewed = {id(t) for t in members if t.nbytes > normal_out or t.input_bytes > normal_in or id(t) in big}
         slow = sorted(  # a big chunk being slow is skew, not a straggler
             (t for t in members if t.duration > STRAGGLER_RATIO * median_d and t.duration - median_d >= STRAGGLER_MIN_COST_S
-             and t.nbytes <= normal_out and t.input_bytes <= normal_in and id(t) not in big),
+             and id(t) not in skewed),
             key=lambda t: -t.duration,
         )
         if not slow or len(slow) > max(1, STRAGGLER_RARITY * len(members)):
             continue
-        named = {id(t) for t in slow}  # what the run would take had they run at the median
-        cost = as_run - _makespan([median_d if id(t) in named else t.duration for t in ordered], slots)
+        # What they cost: the run with the skewed chunks already fixed (at the median), against that run with the
+        # stragglers at the median too; else a big chunk running beside a straggler hides it (its own verdict).
+        named = skewed | {id(t) for t in slow}
+        skew_fixed = _makespan([median_d if id(t) in skewed else t.duration for t in ordered], slots)
+        cost = skew_fixed - _makespan([median_d if id(t) in named else t.duration for t in ordered], slots)
         if cost < max(STRAGGLER_MIN_COST_S, STRAGGLER_WALL_FRACTION * wall):
             continue
         out.append(
