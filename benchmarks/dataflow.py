@@ -72,7 +72,7 @@ def bench_fusion(s, repeat: int) -> None:
         assert s.compute(y) == x.size * (x.size - 1) / 2
         t = median_s(lambda y=y: s.compute(y), repeat)
         base = base or t
-        label = "fusion_buffer_size null (dask's own)" if buffer is None else "fusion_buffer_size=1MiB"
+        label = "fusion_buffer_size null (dask's own fan-in)" if buffer is None else "fusion_buffer_size=1MiB"
         tasks = len(y.__dask_graph__()) - x.npartitions  # less the chunks themselves, already in memory
         print(f"| sum of 2,000 chunks of 512 B, {label} | {tasks} tasks | "
               f"{t * 1e3:.1f} ms | {base / t:.2f}x |")

@@ -73,7 +73,7 @@ def alternatives(blocks: list[np.ndarray]) -> Iterator[dict[str, Callable[[Calla
         else:
             import ray
 
-            ray.init(num_cpus=CPU_COUNT, include_dashboard=False, log_to_driver=False)
+            ray.init(num_cpus=CPU_COUNT, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")  # loopback only
             stack.callback(ray.shutdown)
             refs = [ray.put(b) for b in blocks]
             remote = {f: ray.remote(f) for f in KERNELS.values()}

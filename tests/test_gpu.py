@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 
+import dask.config
 import numpy as np
 import pytest
 
@@ -258,5 +259,16 @@ def test_openclaw_worker_with_the_cuda_backend_starts_dask_cuda_worker(fake_gpus
     limit = str(int(0.7 * 141e9))
     assert cmd.argv[cmd.argv.index("--device-memory-limit") + 1] == limit == cmd.argv[cmd.argv.index("--rmm-pool-size") + 1]
     assert cmd.env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert not any("cupy_pool" in m for m in cmd.settings.get("distributed.worker.preload", []))  # RMM: dask-cuda's pool
+    # without RMM, each worker sets CuPy's pool as it starts: limited with memory_pooling, off without
+    monkeypatch.setattr(cuda, "_installed", lambda name: False)
+    for pooling, limit in ((True, int(0.7 * 141e9)), (False, None)):
+        cmd = worker_command(load_config(None, {"parallel.backend": "cuda", "parallel.memory_pooling": pooling}), "tcp://127.0.0.1:8786")
+        assert "--rmm-pool-size" not in cmd.argv
+        assert "openclaw_dask.cluster.cupy_pool_preload" in cmd.settings["distributed.worker.preload"]
+        assert cmd.settings["openclaw.cupy-pool"] == limit
+        handed = dask.config.deserialize(cmd.env["DASK_INTERNAL_INHERIT_CONFIG"])  # what the workers' config gets
+        assert handed["openclaw"]["cupy-pool"] == limit
+        assert "openclaw_dask.cluster.cupy_pool_preload" in handed["distributed"]["worker"]["preload"]
     cpu = worker_command(load_config(None, {"parallel.backend": "process"}), "tcp://127.0.0.1:8786")
     assert cpu.argv[1] == "worker" and "--nworkers" in cpu.argv

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from openclaw_dask.cluster import cupy_pool_preload
 from openclaw_dask.cluster.base import Backend
 from openclaw_dask.cluster.local import ProcessBackend
 from openclaw_dask.cluster.network import bind_host, dashboard_address, http_address, http_host, protocol
 from openclaw_dask.cluster.plugins import task_threads, worker_processes
 from openclaw_dask.cluster.scratch import max_spill, named_folder
-from openclaw_dask.cluster.settings import dask_settings
+from openclaw_dask.cluster.settings import add_preload, dask_settings
 from openclaw_dask.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -104,12 +105,15 @@ def _deployed(config: Config) -> Backend:
     return named
 
 
-def _gpu_worker(config: Config, backend: Any) -> tuple[list[str], dict[str, str]]:
-    """``dask cuda worker`` options and environment: one worker per GPU, its limits and transport."""
+def _gpu_worker(config: Config, backend: Any, settings: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """``dask cuda worker`` options and environment: one worker per GPU, its limits, pool and transport."""
     gp = backend.gpu_plan(config)
     argv = ["--nthreads", "1", "--device-memory-limit", str(gp.pool_bytes)]
     if gp.pool == "rmm":
         argv += ["--rmm-pool-size", str(gp.pool_bytes)]
+    else:  # CuPy's own pool, limited (or off), set in each worker as it starts
+        add_preload(settings, (cupy_pool_preload.__name__,), ("worker",))
+        settings[cupy_pool_preload.SETTING] = gp.pool_bytes if gp.pool == "cupy" else None
     if gp.protocol == "ucx":
         argv += ["--protocol", "ucx", "--enable-nvlink", *(["--enable-infiniband", "--enable-rdmacm"] if gp.rdma else [])]
     return argv, {"CUDA_VISIBLE_DEVICES": ",".join(str(d.index) for d in gp.used)}
@@ -154,10 +158,10 @@ def worker_command(config: Config, address: str | None = None, *, scheduler_file
         raise ConfigError("openclaw worker needs the scheduler's address",
                           hint="openclaw worker tcp://HOST:8786, or --scheduler-file, or cluster.scheduler_address")
     bind, web = _bind(config)
-    backend, env = _deployed(config), {}
+    backend, env, settings = _deployed(config), {}, _settings(config)
     where = [address] if address else ["--scheduler-file", scheduler_file]
     if backend.capabilities.gpu:  # dask-cuda's worker CLI: it starts one worker per visible GPU itself
-        shape, env = _gpu_worker(config, backend)
+        shape, env = _gpu_worker(config, backend, settings)
         argv = [_dask_cli(), "cuda", "worker", *where, *bind, *shape]
     else:
         argv = [_dask_cli(), "worker", *where, *bind, "--nworkers", str(worker_processes(config)),
@@ -173,7 +177,6 @@ def worker_command(config: Config, address: str | None = None, *, scheduler_file
     folder = named_folder(config)
     if folder is not None:
         argv += ["--local-directory", str(folder)]
-    settings = _settings(config)
     settings["distributed.worker.memory.max-spill"] = max_spill(config, folder or tempfile.gettempdir())
     command = _command(argv, settings)
     command.env.update(env)

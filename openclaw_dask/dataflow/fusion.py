@@ -3,9 +3,10 @@
 Two places where Dask pays per piece:
 
 - a reduction's tasks: one partial per chunk however small the chunk, and dask's default
-  fan-in (``split_every``) of 16 whatever the partials weigh, so a sum over 2,000 small chunks
-  builds 2,000 partials and three levels of combine tasks. :func:`reduce` merges the small
-  chunks up to the buffer first, and :func:`split_every` picks the fan-in that fills it.
+  fan-in (``split_every``, 4 unless dask's ``split_every`` setting says otherwise) whatever the
+  partials weigh, so a sum over 2,000 small chunks builds 2,000 partials and six levels of
+  combine tasks. :func:`reduce` merges the small chunks up to the buffer first, and
+  :func:`split_every` picks the fan-in that fills it.
 - many small chunks, e.g. one per small file: :func:`merge_chunks` groups neighbours
   into blocks of at most the buffer, so each task (and each transfer) carries a buffer's
   worth.
@@ -22,16 +23,14 @@ from typing import Any
 
 __all__ = ["merge_chunks", "merged", "reduce", "split_every"]
 
-DEFAULT_SPLIT_EVERY = 16  # dask.array's own default fan-in
-
-
-def split_every(partial_bytes: int, n_pieces: int, buffer: int | None) -> int:
+def split_every(partial_bytes: int, n_pieces: int, buffer: int | None) -> int | None:
     """Fan-in of a reduction whose per-chunk partials weigh ``partial_bytes``: as many as fit ``buffer``.
 
-    At least 2 (a tree must shrink), at most ``n_pieces`` (one combine); ``buffer`` None keeps dask's 16.
+    At least 2 (a tree must shrink), at most ``n_pieces`` (one combine); ``buffer`` None gives None,
+    which leaves the fan-in to dask (its ``split_every`` setting, else 4).
     """
     if buffer is None:
-        return DEFAULT_SPLIT_EVERY
+        return None
     return max(2, min(max(2, n_pieces), buffer // max(1, partial_bytes)))
 
 
