@@ -95,6 +95,7 @@ def test_quick_suite_writes_three_reports_and_flags_tiny_chunks(quick_run):
         assert row["min_s"] <= row["median_s"] <= row["max_s"]
         assert set(row["task_latency_s"]) == {"p50", "p95", "p99"}
         assert row["speedup_vs_serial"] > 0 and row["speedup_vs_numpy_1thread"] > 0
+        assert row["cpu_steal_share"] is None or 0 <= row["cpu_steal_share"] < 1
     md = (out / "report.md").read_text()
     assert "| task_chunk_size=1MiB | array-sum | yes |" in md and "overhead-bound" in md
     assert "## Speedup over task_chunk_size=1MiB" in md and "| workload | task_chunk_size=64MiB |" in md
@@ -115,6 +116,20 @@ def test_compare_against_itself_reports_no_regression(quick_run):
     inline = report._repr_html_()  # a notebook cell ending with the report shows its plots, offline
     assert inline.startswith("<iframe srcdoc=") and "Speedup over the serial scheduler" in inline and "cdn.bokeh.org" not in inline
     assert regressions(report, 0) == []
+
+
+@pytest.mark.slow
+def test_cpu_steal_is_named_in_the_markdown_from_two_percent(quick_run):
+    from openclaw_dask.diagnostics.benchmark import _markdown, load_report
+
+    _, out = quick_run
+    report = load_report(out / "report.json")
+    for row in report["rows"]:
+        row["cpu_steal_share"] = 0.01
+    assert "cpu-steal" not in _markdown(report)
+    report["rows"][0]["cpu_steal_share"] = 0.25  # a quarter of the runs' time went to other guests
+    md = _markdown(report)
+    assert md.count("cpu-steal 25%") == 1 and "the hypervisor ran other guests" in md
 
 
 @pytest.mark.slow

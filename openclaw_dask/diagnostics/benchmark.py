@@ -50,6 +50,7 @@ __all__ = [
 
 SCHEMA = "openclaw-benchmark/1"
 MIN_NOISE = 0.05  # rows within 5% (or their own spread, if larger) count as the same
+STEAL_NOTED = 0.02  # report.md names CPU steal from this share of a row's timed CPU time
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,14 @@ def measure_bandwidth(nbytes: int = 256 * 2**20, repeat: int = 5) -> dict[str, f
     return out
 
 
+def _cpu_steal_s() -> float | None:
+    """CPU seconds the hypervisor gave other guests, per core of this machine, since boot (None where the OS does not say)."""
+    import psutil
+
+    steal = getattr(psutil.cpu_times(), "steal", None)  # summed over the machine's cores
+    return None if steal is None else steal / (psutil.cpu_count() or 1)
+
+
 def _percentiles(values: list[float]) -> dict[str, float]:
     if not values:
         return {"p50": 0.0, "p95": 0.0, "p99": 0.0}
@@ -194,8 +203,10 @@ def _run_kernel(session: Any, name: str, size: int, repeat: int) -> dict[str, An
         # A second warm-up while that answer is held: memory grows to what a timed run needs beside it
         # (else the first timed run pays the page faults, seen as a 2-4x outlier on big kernels).
         prepared.execute(session)
+        stolen = _cpu_steal_s()
         with collect(session) as record:
             _, times = prepared.timed(session, repeat)
+        stolen = None if stolen is None else _cpu_steal_s() - stolen
         reference, numpy_times = prepared.reference(session, runs=max(1, min(repeat, 3)))
     finally:
         prepared.close()
@@ -219,6 +230,7 @@ def _run_kernel(session: Any, name: str, size: int, repeat: int) -> dict[str, An
         "task_latency_s": _percentiles([t.duration for t in record.tasks]),
         "numpy_1thread_s": statistics.median(numpy_times),
         "speedup_vs_numpy_1thread": statistics.median(numpy_times) / median,
+        "cpu_steal_share": None if stolen is None else stolen / sum(times),
         "flags": sorted(report.kinds()),
         "verdicts": [f"{v.kind}: {v.summary}; fix: {v.fix}" for v in report.verdicts],
     }
@@ -380,12 +392,16 @@ def _markdown(report: dict[str, Any]) -> str:
         cmp = r.get("compare", {})
         cmp_text = f"{cmp['status']} ({cmp['ratio']:.2f}x, band {cmp['noise_band']:.0%})" if "ratio" in cmp else cmp.get("status", "")
         eff = f"{r['efficiency_vs_bandwidth']:.0%}" if r["efficiency_vs_bandwidth"] is not None else "-"
+        flags = r["flags"] + ([f"cpu-steal {r['cpu_steal_share']:.0%}"] if (r.get("cpu_steal_share") or 0) >= STEAL_NOTED else [])
         lines.append(
             f"| {r['config']} | {r['workload']} | {'yes' if r['ok'] else '**NO**'} | {r['median_s'] * 1e3:.1f} "
             f"[{r['min_s'] * 1e3:.1f}-{r['max_s'] * 1e3:.1f}] | {r['gbps']:.2f} | {r['tasks_per_s']:.0f} | "
             f"{lat['p50'] * 1e3:.2f}/{lat['p95'] * 1e3:.2f}/{lat['p99'] * 1e3:.2f} | {r['speedup_vs_serial']:.2f} | "
-            f"{r['speedup_vs_numpy_1thread']:.2f} | {eff} | {', '.join(r['flags']) or '-'} | {cmp_text} |"
+            f"{r['speedup_vs_numpy_1thread']:.2f} | {eff} | {', '.join(flags) or '-'} | {cmp_text} |"
         )
+    if any((r.get("cpu_steal_share") or 0) >= STEAL_NOTED for r in report["rows"]):
+        lines += ["", ("cpu-steal N%: for that share of the row's timed runs the hypervisor ran other guests on this "
+                       "machine's cores, so its times are inflated; compare rows measured together, or rerun.")]
     lines += _against_first(report["rows"])
     verdicts = [(r["config"], r["workload"], v) for r in report["rows"] for v in r["verdicts"]]
     if verdicts:
