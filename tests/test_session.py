@@ -265,3 +265,18 @@ def test_local_engines_keep_freed_blocks_for_reuse_and_give_them_back_on_close(k
         assert returned >= 90, "closing the session gives it back (malloc_trim)"
     else:  # a distributed engine: the client's process is not where tasks run; keep glibc's defaults
         assert inside < 16
+
+
+def test_arrays_are_joined_in_the_caller_not_in_a_finalize_task_on_a_worker():
+    with openclaw_dask.session(workers=2, engine="distributed") as s:
+        x = s.persist(da.arange(4_000, chunks=1_000, dtype="f8"))
+        m = da.ones((4, 6), chunks=2)
+        total, doubled, ones = s.compute(x.sum(), 2 * x, m)
+        assert total == np.arange(4_000.0).sum() and ones.shape == (4, 6)
+        np.testing.assert_array_equal(doubled, 2 * np.arange(4_000.0))
+        ran = s.client.run_on_scheduler(lambda dask_scheduler: [str(t[0]) for t in dask_scheduler.transition_log])
+        assert ran and not any("finalize" in k for k in ran)
+        # anything else keeps client.compute: a delayed result, a mix, or a keyword only client.compute takes
+        assert s.compute(dask.delayed(sum)([1, 2])) == 3
+        assert s.compute(x.sum(), dask.delayed(int)("7")) == (total, 7)
+        assert s.compute(x.sum(), traverse=False) == total

@@ -50,7 +50,7 @@ __all__ = [
 
 SCHEMA = "openclaw-benchmark/1"
 MIN_NOISE = 0.05  # rows within 5% (or their own spread, if larger) count as the same
-STEAL_NOTED = 0.02  # report.md names CPU steal from this share of a row's timed CPU time
+STEAL_NOTED = 0.02  # report.md names CPU steal from this share of a row's timed runs
 
 
 @dataclass(frozen=True)
