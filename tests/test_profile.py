@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import textwrap
@@ -215,6 +216,24 @@ def test_collector_cleans_up_when_the_block_raises():
             1 / 0  # noqa: B018
         assert s.client.run_on_scheduler(plugins) == before
         assert dask.config.get("array_optimize", None) is None
+
+
+def test_an_interrupt_while_the_collector_starts_stays_an_interrupt(monkeypatch):
+    # Seen in CI: Ctrl-C landed while the layout probe was being set up, before the task stream existed; undoing
+    # the stream then raised "Could not find plugin 'task-stream'", and the CLI exited 1 with a traceback, not 130.
+    from openclaw_dask.diagnostics import collect as collect_module
+
+    @contextlib.contextmanager
+    def interrupted(record, client):
+        raise KeyboardInterrupt
+        yield
+
+    monkeypatch.setattr(collect_module, "_probe_layouts", interrupted)
+    with openclaw_dask.session(workers=1, engine="distributed") as s:
+        before = s.client.run_on_scheduler(lambda dask_scheduler: set(dask_scheduler.plugins))
+        with pytest.raises(KeyboardInterrupt), collect_module.collect(s):
+            pass
+        assert s.client.run_on_scheduler(lambda dask_scheduler: set(dask_scheduler.plugins)) == before
 
 
 def test_collector_leaves_the_scheduler_as_it_found_it():

@@ -231,7 +231,9 @@ def _has_task_stream(dask_scheduler: Any) -> bool:
 
 
 def _drop_task_stream(dask_scheduler: Any) -> None:
-    dask_scheduler.remove_plugin(name="task-stream")
+    # Absent when the block ended (Ctrl-C, an error) before the stream started: the undo must not raise over that.
+    if "task-stream" in dask_scheduler.plugins:
+        dask_scheduler.remove_plugin(name="task-stream")
 
 
 def _worker_start(dask_worker: Any) -> dict[str, Any]:
