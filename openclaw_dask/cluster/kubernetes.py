@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.base import Backend, Capabilities, RunningCluster
 from openclaw_dask.cluster.plugins import blas_env, task_threads
+from openclaw_dask.config import changed_from_defaults
 from openclaw_dask.errors import ClusterStartError, ConfigError
 
 if TYPE_CHECKING:
@@ -143,12 +144,10 @@ class KubernetesBackend(Backend):
         if config.elastic.adaptive and config.elastic.max_workers == "auto":
             raise ConfigError.at(config, "elastic.max_workers", "the operator's autoscaler needs a largest number of "
                                  "worker pods", hint="e.g. --set elastic.max_workers=16")
-        from openclaw_dask.config import packaged_defaults
-
-        for key in _LOCAL_ONLY:
-            if config.get(key) != packaged_defaults().get(key):
-                raise ConfigError.at(config, key, "describes processes on this machine; the pods' are set by the "
-                                     "operator and the kubernetes section", hint="remove it")
+        changed = changed_from_defaults(config, _LOCAL_ONLY)
+        if changed:
+            raise ConfigError.at(config, changed[0], "describes processes on this machine; the pods' are set by the "
+                                 "operator and the kubernetes section", hint="remove it")
 
     def plan(self, config: Config) -> dict[str, Any]:
         """The DaskCluster resource (what ``openclaw k8s manifest`` prints)."""
@@ -189,9 +188,9 @@ class KubernetesBackend(Backend):
         return lambda: True  # the scheduler's worker count is the whole story
 
     def adapt(self, cluster: Any, config: Config) -> Any:
-        """The operator's autoscaler between ``elastic.min_workers`` and ``max_workers`` (a number here)."""
+        """The operator's autoscaler between ``elastic.min_workers`` and ``max_workers`` (a number: :meth:`check`)."""
         e = config.elastic
-        cluster.adapt(minimum=e.min_workers, maximum=None if e.max_workers == "auto" else e.max_workers)
+        cluster.adapt(minimum=e.min_workers, maximum=e.max_workers)
         return _Stop(cluster, config.parallel.workers)
 
 

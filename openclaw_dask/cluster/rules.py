@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from openclaw_dask.config import changed_from_defaults
 from openclaw_dask.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -55,28 +56,25 @@ def _check_shape(backend: Backend, config: Config) -> None:
                              hint="remove it or set parallel.backend=remote")
 
 
-_GPU_KEYS = {"parallel.memory_pooling": False, "parallel.gpu_memory_fraction": 0.7, "parallel.rdma": False, "gpu.devices": None}
+_GPU_KEYS = ("parallel.memory_pooling", "parallel.gpu_memory_fraction", "parallel.rdma", "gpu.devices")
 
 
 def _check_gpu(backend: Backend, config: Config) -> None:
     if backend.capabilities.gpu:
         return
-    for key, default in _GPU_KEYS.items():
-        if config.get(key) != default:
-            raise ConfigError.at(config, key, f"applies to GPU workers: backend {able('gpu')} (backend is {backend.name})",
-                                 hint="set parallel.backend=cuda, or remove the key")
+    changed = changed_from_defaults(config, _GPU_KEYS)
+    if changed:
+        raise ConfigError.at(config, changed[0], f"applies to GPU workers: backend {able('gpu')} (backend is {backend.name})",
+                             hint="set parallel.backend=cuda, or remove the key")
 
 
 def _check_pods(backend: Backend, config: Config) -> None:
     if backend.capabilities.pods:
         return
-    from openclaw_dask.config import packaged_defaults
-
-    default = packaged_defaults()
-    for key, value in config.items():
-        if key.startswith("kubernetes.") and value != default.get(key):
-            raise ConfigError.at(config, key, f"describes the pods of backend {able('pods')} (backend is {backend.name})",
-                                 hint="set parallel.backend=kubernetes, or remove the key")
+    changed = changed_from_defaults(config, (key for key, _ in config.items() if key.startswith("kubernetes.")))
+    if changed:
+        raise ConfigError.at(config, changed[0], f"describes the pods of backend {able('pods')} (backend is {backend.name})",
+                             hint="set parallel.backend=kubernetes, or remove the key")
 
 
 def _check_services(backend: Backend, config: Config) -> None:

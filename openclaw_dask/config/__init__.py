@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from openclaw_dask.config.loader import (
     DEFAULT_FILENAME,
+    changed_from_defaults,
     default_config_text,
     load_config,
-    packaged_defaults,
     parse_assignment,
     write_default_config,
 )
@@ -21,9 +21,9 @@ __all__ = [
     "Config",
     "ParallelConfig",
     "WorkloadConfig",
+    "changed_from_defaults",
     "default_config_text",
     "load_config",
-    "packaged_defaults",
     "parse_assignment",
     "write_default_config",
 ]

@@ -12,7 +12,7 @@ import difflib
 import functools
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -239,6 +239,12 @@ def packaged_defaults() -> Config:
     """The packaged defaults alone: no file, environment or overrides (what "not set" means)."""
     defaults = yaml.safe_load(default_config_text())
     return _build({f"{s}.{n}": (v, "default") for s in TYPED_SECTIONS for n, v in defaults[s].items()}, {}, None)
+
+
+def changed_from_defaults(config: Config, keys: Iterable[str]) -> list[str]:
+    """Those of ``keys`` (dotted) whose value in ``config`` is not the packaged default, in the given order."""
+    default = packaged_defaults()
+    return [key for key in keys if config.get(key) != default.get(key)]
 
 
 def load_config(
