@@ -237,8 +237,16 @@ def test_remote_backend_uses_an_existing_deployment(dask_scheduler):
     address, add_worker = dask_scheduler
     add_worker()
     add_worker(nthreads=2)
-    with openclaw_dask.session(backend="remote", scheduler_address=address, workers=2, timeout="30s", log_level="INFO") as s:
+
+    def transfer_limits(dask_worker):  # bytes per message a worker fetches (gather) and sends (p2p shards)
+        import dask
+
+        return dask_worker.state.transfer_message_bytes_limit, dask.config.get("distributed.p2p.comm.message-bytes-limit")
+
+    with openclaw_dask.session(backend="remote", scheduler_address=address, workers=2, timeout="30s", log_level="INFO",
+                               fusion_buffer_size="3MiB") as s:
         assert len(s.workers()) == 2 and s.slots == 3
+        assert set(s.client.run(transfer_limits).values()) == {(3 * 2**20, 3 * 2**20)}  # workers openclaw did not start
         assert s.cluster is None
         x = s.array((1000,), fill="arange")
         assert s.compute(x.sum()) == 999 * 1000 / 2
@@ -251,6 +259,7 @@ def test_remote_backend_uses_an_existing_deployment(dask_scheduler):
     with Client(address, timeout=10) as c:
         assert len(c.scheduler_info()["workers"]) == 2
         assert "openclaw-log-level" not in c.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.worker_plugins))
+        assert set(c.run(transfer_limits).values()) == {(50e6, "2 MiB")}  # dask's own again
 
 
 def test_remote_waits_for_workers_then_fails_clearly(dask_scheduler):

@@ -257,3 +257,30 @@ def test_many_small_files_are_read_a_buffer_per_task(tmp_path):
     with start({"parallel.fusion_buffer_size": 6 * 3200}) as s:
         assert read_many(s, paths).npartitions == 2
 
+
+
+def test_the_buffer_sets_how_much_one_message_between_workers_carries():
+    from openclaw_dask.cluster.plugins import TRANSFER_KEYS
+    from openclaw_dask.cluster.settings import dask_settings
+
+    assert not set(TRANSFER_KEYS) & set(dask_settings(load_config(None, {})))  # null: dask's own (50 MB, 2 MiB)
+    assert all(dask_settings(load_config(None, {"parallel.fusion_buffer_size": "4MiB"}))[k] == 4 * 2**20 for k in TRANSFER_KEYS)
+    mine = {"parallel.fusion_buffer_size": "4MiB", f"dask.{TRANSFER_KEYS[0]}": "1MiB"}
+    assert dask_settings(load_config(None, mine))[TRANSFER_KEYS[0]] == "1MiB"  # the dask: section wins
+
+
+def _gathered(dask_worker):
+    """Keys per message this worker fetched from its peers (newest last)."""
+    return [len(t["keys"]) for t in dask_worker.transfer_incoming_log]
+
+
+@pytest.mark.parametrize(("buffer", "per_message"), [(1, [1] * 16), (4 * 8192, [4] * 4), (2**20, [16])])
+def test_pieces_a_task_needs_from_one_worker_travel_a_buffer_per_message(buffer, per_message):
+    """16 pieces of 8 KiB on one worker, summed on the other: the buffer sets how many go in one message."""
+    with start({"parallel.backend": "process", "parallel.workers": 2, "parallel.fusion_buffer_size": buffer}) as s:
+        here, there = sorted(s.client.scheduler_info()["workers"])
+        pieces = s.client.scatter([np.full(1024, i, dtype="float64") for i in range(16)], workers=[here])
+        total = s.client.submit(lambda *p: float(sum(a.sum() for a in p)), *pieces, workers=[there], allow_other_workers=False)
+        assert total.result() == 1024 * sum(range(16))
+        assert s.client.run(_gathered, workers=[there])[there] == per_message
+        assert s.client.run(lambda dask_worker: dask_worker.state.transfer_message_bytes_limit) == {here: buffer, there: buffer}

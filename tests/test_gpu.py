@@ -167,7 +167,8 @@ needs_gpu = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def gpu_session():
-    with Session(load_config(None, {"parallel.backend": "cuda", "parallel.memory_pooling": True})).start() as s:
+    conf = {"parallel.backend": "cuda", "parallel.memory_pooling": True, "parallel.fusion_buffer_size": "16MiB"}
+    with Session(load_config(None, conf)).start() as s:
         yield s
 
 
@@ -183,7 +184,7 @@ def test_kernels_on_cupy_chunks_equal_numpy(gpu_session, kernel):
 
 @pytest.mark.gpu
 @needs_gpu
-def test_chunks_are_cupy_and_pools_and_limits_are_on_every_worker(gpu_session):
+def test_chunks_are_cupy_and_pools_limits_and_message_size_are_on_every_worker(gpu_session):
     import cupy
 
     x = gpu_session.array((1000,), fill="random")
@@ -194,6 +195,8 @@ def test_chunks_are_cupy_and_pools_and_limits_are_on_every_worker(gpu_session):
     for pool, limit, spill in seen.values():
         assert pool == plan.pool and spill == plan.pool_bytes
         assert plan.pool == "rmm" or limit == plan.pool_bytes
+    # fusion_buffer_size: bytes per message between GPU workers
+    assert set(gpu_session.client.run(lambda dask_worker: dask_worker.state.transfer_message_bytes_limit).values()) == {16 * 2**20}
 
 
 @pytest.mark.gpu
@@ -272,3 +275,15 @@ def test_openclaw_worker_with_the_cuda_backend_starts_dask_cuda_worker(fake_gpus
         assert "openclaw_dask.cluster.cupy_pool_preload" in handed["distributed"]["worker"]["preload"]
     cpu = worker_command(load_config(None, {"parallel.backend": "process"}), "tcp://127.0.0.1:8786")
     assert cpu.argv[1] == "worker" and "--nworkers" in cpu.argv
+
+
+def test_fusion_buffer_sizes_the_messages_between_gpu_workers(fake_gpus):
+    from openclaw_dask.cluster.deploy import worker_command
+    from openclaw_dask.cluster.plugins import TRANSFER_KEYS
+    from openclaw_dask.cluster.settings import dask_settings
+
+    cfg = load_config(None, {"parallel.backend": "cuda", "parallel.fusion_buffer_size": "8MiB"})
+    assert all(dask_settings(cfg)[k] == 8 * 2**20 for k in TRANSFER_KEYS)  # a LocalCUDACluster's nannies hand this on
+    handed = dask.config.deserialize(worker_command(cfg, "tcp://127.0.0.1:8786").env["DASK_INTERNAL_INHERIT_CONFIG"])
+    assert handed["distributed"]["worker"]["transfer"]["message-bytes-limit"] == 8 * 2**20  # dask cuda worker's
+    assert handed["distributed"]["p2p"]["comm"]["message-bytes-limit"] == 8 * 2**20

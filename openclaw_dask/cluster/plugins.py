@@ -6,10 +6,14 @@ import logging
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-__all__ = ["BLAS_VARIABLES", "LOGGERS", "BlasThreads", "CupyPool", "LogLevel", "blas_env", "blas_threads", "task_threads", "worker_processes"]
+__all__ = ["BLAS_VARIABLES", "LOGGERS", "TRANSFER_KEYS", "BlasThreads", "CupyPool", "LogLevel", "TransferBuffer", "blas_env",
+           "blas_threads", "task_threads", "worker_processes"]
 
 LOGGERS = ("openclaw_dask", "distributed")
 BLAS_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+# The most bytes one message between two workers carries: the pieces a task needs from one
+# peer (gather), and a p2p rechunk's shards. fusion_buffer_size sets both.
+TRANSFER_KEYS = ("distributed.worker.transfer.message-bytes-limit", "distributed.p2p.comm.message-bytes-limit")
 
 
 class LogLevel(WorkerPlugin):
@@ -46,6 +50,36 @@ class CupyPool(WorkerPlugin):
         pool = cupy.cuda.MemoryPool()
         pool.set_limit(size=self.limit)
         cupy.cuda.set_allocator(pool.malloc)
+
+
+class TransferBuffer(WorkerPlugin):
+    """Pieces a worker fetches from one peer travel together, up to ``limit`` bytes a message.
+
+    openclaw sets :data:`TRANSFER_KEYS` in the dask config of every process it starts; this
+    plugin sets them on workers someone else started (backend ``remote``), and puts back
+    what they had when the session leaves.
+    """
+
+    name = "openclaw-transfer-buffer"
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._before: tuple[float, object] | None = None
+
+    def setup(self, worker) -> None:
+        import dask.config
+
+        p2p = TRANSFER_KEYS[1]  # the gather limit lives on the worker's state, read once at start
+        self._before = worker.state.transfer_message_bytes_limit, dask.config.get(p2p)
+        worker.state.transfer_message_bytes_limit = self.limit
+        dask.config.set({p2p: self.limit})
+
+    def teardown(self, worker) -> None:
+        import dask.config
+
+        if self._before is not None:
+            worker.state.transfer_message_bytes_limit, p2p = self._before
+            dask.config.set({TRANSFER_KEYS[1]: p2p})
 
 
 class BlasThreads(WorkerPlugin):

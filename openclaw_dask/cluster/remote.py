@@ -95,6 +95,13 @@ class RemoteBackend(Backend):
                 ) from None
         return RunningCluster(self, client)
 
+    def worker_plugins(self, config: Config) -> list[Any]:
+        """Also ``fusion_buffer_size`` on workers openclaw did not start (they read it from no config of ours)."""
+        from openclaw_dask.cluster.plugins import TransferBuffer
+
+        buffer = config.parallel.fusion_buffer_size
+        return [*super().worker_plugins(config), *([TransferBuffer(buffer)] if buffer is not None else [])]
+
 
 def _connect(address: str, timeout: float, security: Any) -> Any:
     """A client of the scheduler at ``address``, or one :class:`ClusterStartError` that says why not."""

@@ -25,7 +25,7 @@ def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, A
         Whose own settings (:meth:`Backend.dask_settings`) to add; default: the one the
         session of ``config`` runs on (serial when ``parallel.enabled`` is false).
     """
-    from openclaw_dask.cluster.plugins import blas_env
+    from openclaw_dask.cluster.plugins import TRANSFER_KEYS, blas_env
     from openclaw_dask.cluster.registry import backend_for
 
     p = config.parallel
@@ -38,6 +38,8 @@ def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, A
     # every worker process a nanny starts gets this many BLAS/OpenMP threads (libraries read it at load)
     for var, value in blas_env(config).items():
         settings[f"distributed.nanny.pre-spawn-environ.{var}"] = int(value)
+    if p.fusion_buffer_size is not None:  # small pieces move between workers a buffer's worth per message
+        settings.update(dict.fromkeys(TRANSFER_KEYS, p.fusion_buffer_size))
     own = (backend or backend_for(config)).dask_settings(config)
     settings.update(own)
     if config.security.enabled:
