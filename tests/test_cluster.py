@@ -5,6 +5,7 @@ import os
 import socket
 import time
 
+import dask
 import numpy as np
 import pytest
 
@@ -308,3 +309,26 @@ def test_process_nannies_are_never_reaped_by_the_cluster():
     assert "distributed.deploy.lost-worker-timeout" not in dask_settings(cfg(backend="thread"))
     mine = load_config(None, {"backend": "process", "dask.distributed.deploy.lost-worker-timeout": "20s"}, env={})
     assert dask_settings(mine)["distributed.deploy.lost-worker-timeout"] == "20s"  # the dask: section still wins
+
+
+def test_shutting_a_cluster_down_closes_its_workers_before_its_scheduler():
+    """A heartbeat in flight when the scheduler stops breaks, and its worker logs a traceback (seen under mpirun)."""
+    from distributed import Client, LocalCluster
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    from openclaw_dask.cluster.base import Backend, RunningCluster
+
+    class Census(SchedulerPlugin):
+        def __init__(self, scheduler):
+            self.scheduler, self.left = scheduler, None
+
+        async def close(self):
+            self.left = len(self.scheduler.workers)
+
+    # the cluster object finds its scheduler gone when it closes: it need not retry for 30 s
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}), \
+            LocalCluster(n_workers=2, processes=False, dashboard_address=None) as cluster:  # inproc: no sockets
+        census = Census(cluster.scheduler)
+        cluster.scheduler.add_plugin(census)
+        RunningCluster(Backend(), Client(cluster.scheduler_address), shutdown=True).close()  # as under mpirun: a bare client
+    assert census.left == 0

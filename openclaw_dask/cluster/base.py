@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -277,6 +278,8 @@ class RunningCluster:
         gone = self.lost(0) is not None
         if self.shutdown and not gone:
             with contextlib.suppress(Exception):
+                _workers_leave_first(self.client)
+            with contextlib.suppress(Exception):
                 self.client.shutdown()
         client_log = logging.getLogger("distributed.client")
         level = client_log.level
@@ -298,3 +301,20 @@ class RunningCluster:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+
+def _workers_leave_first(client: Client, wait: float = 10.0) -> None:
+    """Close every worker and wait until they have left, so that their scheduler stops last.
+
+    ``client.shutdown()`` alone closes the scheduler while its workers still run: a worker
+    heartbeat in flight then breaks, and that worker logs a traceback (seen under mpirun).
+    """
+    client.run_on_scheduler(_close_workers)
+    deadline = time.monotonic() + wait
+    while client.scheduler_info(n_workers=-1)["workers"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _close_workers(dask_scheduler: Scheduler) -> None:
+    for address in list(dask_scheduler.workers):  # each worker stops its heartbeats, then leaves
+        dask_scheduler.close_worker(address)
