@@ -115,9 +115,15 @@ def array(
 
 
 def _on_device(session: Any, x: da.Array) -> da.Array:
-    """``x`` with the chunks of the session backend's array backend (CuPy on ``cuda``), converted where they are made."""
-    backend = session.backend.array_backend
-    return x if backend is None else x.to_backend(backend)
+    """``x`` with chunks of dask's ``array.backend`` in the session, converted where they are made.
+
+    Backend ``cuda`` sets it to ``cupy``; a ``dask:`` section can too, for a ``remote``
+    cluster of ``dask cuda worker`` processes.
+    """
+    import dask
+
+    backend = dask.config.get("array.backend", "numpy")
+    return x if backend == "numpy" else x.to_backend(backend)
 
 
 def to_numpy(session: Any, x: Any) -> np.ndarray:

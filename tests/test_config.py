@@ -324,7 +324,7 @@ def test_odd_inputs_give_one_clear_error(tmp_path):
         cfg(path=bad)
 
 
-@pytest.mark.parametrize(("doc", "count"), [("docs/deploy.md", 7), ("docs/monitoring.md", 1)])
+@pytest.mark.parametrize(("doc", "count"), [("docs/deploy.md", 7), ("docs/monitoring.md", 1), ("docs/gpu.md", 1)])
 def test_every_config_in_the_docs_loads(tmp_path, doc, count):
     blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / doc).read_text(), re.DOTALL)
     configs = [b for b in blocks if yaml.safe_load(b) and set(yaml.safe_load(b)) <= {*TYPED_SECTIONS, "dask"}]

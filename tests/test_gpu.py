@@ -15,7 +15,6 @@ import pytest
 
 from openclaw_dask import ConfigError, Session, load_config
 from openclaw_dask.cluster import cuda, gpu
-from openclaw_dask.cluster.base import Backend
 from openclaw_dask.cluster.gpu import Device, GpuInfo, parse_nvidia_smi, visible_devices
 
 from .test_cli import assert_one_line_error, invoke
@@ -129,8 +128,12 @@ def test_config_show_gives_the_byte_limits_of_a_141_gb_device(fake_gpus):
     assert "GPU 0 (NVIDIA H200, 141.0 GB)" in line and "pool 98.7 GB" in line and "spill above 98.7 GB" in line
 
 
-def test_session_arrays_route_through_the_backend_s_array_backend(monkeypatch):
-    """What CuPy chunks rest on, without CuPy: a registered NumPy-based backend marks each block."""
+def test_session_arrays_route_through_dask_s_array_backend():
+    """What CuPy chunks rest on, without CuPy: a registered NumPy-based backend marks each block.
+
+    Backend cuda sets ``array.backend: cupy`` (above); here the ``dask:`` section sets it, as a
+    client of a remote cluster of ``dask cuda worker`` processes does.
+    """
     from dask.array.backends import NumpyBackendEntrypoint, array_creation_dispatch
 
     class Marked(np.ndarray):
@@ -148,8 +151,7 @@ def test_session_arrays_route_through_the_backend_s_array_backend(monkeypatch):
             return data.map_blocks(lambda b: np.asarray(b).view(Marked), dtype=data.dtype)
 
     array_creation_dispatch.register_backend("openclaw-marked", MarkedBackend())
-    monkeypatch.setattr(Backend, "array_backend", "openclaw-marked")
-    with Session(load_config(None, {"parallel.enabled": False})).start() as s:
+    with Session(load_config(None, {"parallel.enabled": False, "dask.array.backend": "openclaw-marked"})).start() as s:
         x = s.array((100,), fill="arange", chunks=25)
         assert all(isinstance(b, Marked) for b in s.compute(*[x.blocks[i] for i in range(4)]))
         y = s.from_array(np.arange(100.0))
