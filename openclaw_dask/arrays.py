@@ -122,8 +122,8 @@ def _on_device(session: Any, x: da.Array) -> da.Array:
     """
     import dask
 
-    backend = dask.config.get("array.backend", "numpy")
-    return x if backend == "numpy" else x.to_backend(backend)
+    library = dask.config.get("array.backend", "numpy")  # an array library (cupy), not a cluster backend
+    return x if library == "numpy" else x.to_backend(library)
 
 
 def to_numpy(session: Any, x: Any) -> np.ndarray:

@@ -44,11 +44,13 @@ print("gpu-check: openclaw_dask", openclaw_dask.__version__, "|", gpu.cupy_versi
       "|", [f"{d.index}: {d.name} {d.memory_bytes / 1e9:.0f} GB" for d in info.devices] or info.none_found())
 PY
 
+# pyproject's addopts name --nbmake, a plugin the GPU image lacks: these are the options the tests need
+tests=(-m pytest -q -p no:cacheprovider -o "addopts=--strict-markers -ra" -m gpu tests/test_gpu.py)
 if [ "$dry" = 1 ]; then
-  "$python" -m pytest -q -p no:cacheprovider --collect-only -m gpu tests/test_gpu.py | tail -1
+  "$python" "${tests[@]}" --collect-only | tail -1
   "$python" benchmarks/gpu.py --dry-run
   say "dry run passed: the script, its Python, the gpu tests' collection and the benchmark's plan"
   exit 0
 fi
-timeout 240 "$python" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py
+timeout 240 "$python" "${tests[@]}"
 timeout 240 "$python" benchmarks/gpu.py --size 8GiB --repeat 5
