@@ -187,6 +187,35 @@ def test_ctrl_c_ends_with_130_one_line_and_nothing_left(command, workers, tmp_pa
     assert not list(Path(tempfile.gettempdir()).glob(f"{PREFIX}{proc.pid}-*"))
 
 
+def test_ctrl_c_while_the_cluster_starts_closes_it(tmp_path):
+    """Ctrl-C as the first worker process spawns: the half-started cluster is closed, not left to exit hooks."""
+    script = tmp_path / "s.py"
+    script.write_text(textwrap.dedent("""\
+        import os, signal, threading, time
+        import psutil
+        from distributed import SpecCluster
+        from openclaw_dask import load_config
+        from openclaw_dask.cluster.local import ProcessBackend
+
+        def interrupt_while_starting():
+            while not psutil.Process().children():
+                time.sleep(0.001)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        if __name__ == "__main__":
+            threading.Thread(target=interrupt_while_starting, daemon=True).start()
+            try:
+                ProcessBackend().start(load_config(None, {"parallel.backend": "process", "parallel.workers": 1}))
+                print("started")
+            except KeyboardInterrupt:
+                left = [p for p in psutil.Process().children(recursive=True) if "resource_tracker" not in " ".join(p.cmdline())]
+                print("interrupted", [c.status.name for c in SpecCluster._instances], len(left))
+        """))
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    assert r.stdout.strip() == "interrupted ['closed'] 0", r.stdout + r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+
+
 def test_sigterm_unwinds_a_session_in_a_script(tmp_path):
     script = tmp_path / "s.py"
     script.write_text(textwrap.dedent("""\

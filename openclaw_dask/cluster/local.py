@@ -14,6 +14,7 @@ threads never oversubscribe the cores; with ``hybrid`` each has one task thread 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -103,17 +104,41 @@ class LocalBackend(Backend):
         kwargs = self.plan(config)
         _warn_oversubscribed(kwargs["n_workers"] * max(kwargs["threads_per_worker"], blas_threads(config)))
         logger.info("starting %s cluster: %s", self.name, kwargs)
-        try:
-            cluster = self.cluster_class()(**kwargs)
-        except Exception as e:  # distributed raises many types for a failed start
-            raise ClusterStartError(f"could not start the {self.name} cluster ({type(e).__name__}: {e})") from e
-        try:
-            # results come straight from the workers, which are on this machine, not relayed by the scheduler
-            client = Client(cluster, timeout=config.parallel.timeout, security=kwargs.get("security"), direct_to_workers=True)
-        except Exception as e:
-            cluster.close()
-            raise ClusterStartError(f"could not connect to the {self.name} cluster ({type(e).__name__}: {e})") from e
+        with contextlib.ExitStack() as undo:  # Ctrl-C while starting closes what started, here
+            try:
+                cluster = _interruptible(lambda: self.cluster_class()(**kwargs), config.parallel.timeout)
+            except Exception as e:  # distributed raises many types for a failed start
+                raise ClusterStartError(f"could not start the {self.name} cluster ({type(e).__name__}: {e})") from e
+            undo.callback(cluster.close)
+            try:
+                # results come straight from the workers, which are on this machine, not relayed by the scheduler
+                client = Client(cluster, timeout=config.parallel.timeout, security=kwargs.get("security"), direct_to_workers=True)
+            except Exception as e:
+                raise ClusterStartError(f"could not connect to the {self.name} cluster ({type(e).__name__}: {e})") from e
+            undo.pop_all()
         return RunningCluster(self, client, cluster)
+
+
+def _interruptible(make: Callable[[], Any], wait: float) -> Any:
+    """``make()`` a cluster in a helper thread; if Ctrl-C (or SIGTERM) ends the wait, close it once started.
+
+    Called here, distributed's ``sync`` would cancel the start half way on Ctrl-C, leaving
+    nannies that neither it nor its exit hook can close (a traceback at exit, and a worker
+    process left running).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="openclaw-start")
+    try:
+        started = pool.submit(make)
+        try:
+            return started.result()
+        except (KeyboardInterrupt, SystemExit):
+            with contextlib.suppress(Exception):  # a start that failed has closed itself
+                started.result(timeout=wait).close()
+            raise
+    finally:
+        pool.shutdown(wait=False)
 
 
 class TaskPool(_Executor):
