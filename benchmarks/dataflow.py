@@ -5,7 +5,9 @@
 - **sync_interval**: local SGD for least squares (``openclaw_dask.iterate``, 8 shards, 120
   steps) with k = 1, 4, 12; wall time, global syncs, and the error against the known answer.
 - **fusion_buffer_size**: a sum over 2,000 small chunks as dask builds it, and with
-  ``dataflow.fusion.reduce`` and a 1 MiB buffer (chunks merged, fan-in filled); tasks and median time.
+  ``dataflow.fusion.reduce`` and a 1 MiB buffer (chunks merged, fan-in filled); tasks and median
+  time, on the process backend and on the default thread backend. Then the transfers: one task on one worker that needs 2,000 pieces of 512 B held by the other,
+  in sessions whose buffer is one piece, 64 KiB and 1 MiB; messages per run and median time.
 
 Each runs on the process backend with 2 workers (a real cluster: where per-task and per-sync
 costs are highest) unless ``--backend`` says otherwise. Medians of ``--repeat`` runs.
@@ -74,8 +76,36 @@ def bench_fusion(s, repeat: int) -> None:
         base = base or t
         label = "fusion_buffer_size null (dask's own fan-in)" if buffer is None else "fusion_buffer_size=1MiB"
         tasks = len(y.__dask_graph__()) - x.npartitions  # less the chunks themselves, already in memory
-        print(f"| sum of 2,000 chunks of 512 B, {label} | {tasks} tasks | "
+        print(f"| {s.backend.name} backend: sum of 2,000 chunks of 512 B, {label} | {tasks} tasks | "
               f"{t * 1e3:.1f} ms | {base / t:.2f}x |")
+
+
+def _total(*pieces: np.ndarray) -> float:
+    return float(sum(p.sum() for p in pieces))
+
+
+def _fetched(dask_worker) -> int:
+    return dask_worker.state.transfer_incoming_count_total
+
+
+def bench_transfers(repeat: int, n: int = 2000) -> None:
+    base = None
+    for buffer in (512, 64 * 2**10, 2**20):
+        with openclaw_dask.session(backend="process", workers=2, fusion_buffer_size=buffer) as s:
+            here, there = sorted(s.client.scheduler_info()["workers"])
+            pieces = s.client.scatter([np.full(64, i, dtype="float64") for i in range(n)], workers=[here])
+
+            def run(s=s, pieces=pieces, there=there) -> None:  # a new key each time: the pieces move again
+                task = s.client.submit(_total, *pieces, workers=[there], allow_other_workers=False, pure=False)
+                assert task.result() == 64 * n * (n - 1) / 2
+
+            before = s.client.run(_fetched, workers=[there])[there]
+            run()
+            messages = s.client.run(_fetched, workers=[there])[there] - before
+            t = median_s(run, repeat)
+            base = base or t
+            print(f"| {n:,} pieces of 512 B to the other worker, buffer {buffer:,} B | {messages:,} messages | "
+                  f"{t * 1e3:.1f} ms | {base / t:.2f}x |")
 
 
 def main() -> None:
@@ -92,6 +122,10 @@ def main() -> None:
         bench_sync(s, args.repeat)
         print("\n| reduction | tasks | median | speedup |\n|---|---|---|---|")
         bench_fusion(s, args.repeat)
+    with openclaw_dask.session(backend="thread") as s:  # the default engine: dask's threaded scheduler
+        bench_fusion(s, args.repeat)
+    print("\n| transfer | messages per run | median | speedup |\n|---|---|---|---|")
+    bench_transfers(args.repeat)
 
 
 if __name__ == "__main__":

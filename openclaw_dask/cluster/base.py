@@ -303,7 +303,6 @@ class RunningCluster:
         self.close()
 
 
-
 def _workers_leave_first(client: Client, wait: float = 10.0) -> None:
     """Close every worker and wait until they have left, so that their scheduler stops last.
 

@@ -122,7 +122,7 @@ class LocalBackend(Backend):
 def _interruptible(make: Callable[[], Any], wait: float) -> Any:
     """``make()`` a cluster in a helper thread; if Ctrl-C (or SIGTERM) ends the wait, close it once started.
 
-    Called here, distributed's ``sync`` would cancel the start half way on Ctrl-C, leaving
+    Called in this thread, distributed's ``sync`` would cancel the start half way on Ctrl-C, leaving
     nannies that neither it nor its exit hook can close (a traceback at exit, and a worker
     process left running).
     """

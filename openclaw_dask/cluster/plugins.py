@@ -69,7 +69,8 @@ class TransferBuffer(WorkerPlugin):
     def setup(self, worker) -> None:
         import dask.config
 
-        p2p = TRANSFER_KEYS[1]  # the gather limit lives on the worker's state, read once at start
+        # a worker reads the gather limit into its state once, as it starts; p2p reads the config each shuffle
+        p2p = TRANSFER_KEYS[1]
         self._before = worker.state.transfer_message_bytes_limit, dask.config.get(p2p)
         worker.state.transfer_message_bytes_limit = self.limit
         dask.config.set({p2p: self.limit})
