@@ -104,7 +104,7 @@ def bench_transfers(repeat: int, n: int = 2000) -> None:
             messages = s.client.run(_fetched, workers=[there])[there] - before
             t = median_s(run, repeat)
             base = base or t
-            print(f"| {n:,} pieces of 512 B to the other worker, buffer {buffer:,} B | {messages:,} messages | "
+            print(f"| {n:,} pieces of 512 B to the other worker, buffer {buffer:,} B | {messages:,} message{'s' if messages != 1 else ''} | "
                   f"{t * 1e3:.1f} ms | {base / t:.2f}x |")
 
 
