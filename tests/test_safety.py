@@ -203,6 +203,7 @@ def test_ctrl_c_while_the_cluster_starts_closes_it(tmp_path):
             os.kill(os.getpid(), signal.SIGINT)
 
         if __name__ == "__main__":
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's & may have left it ignored
             threading.Thread(target=interrupt_while_starting, daemon=True).start()
             try:
                 ProcessBackend().start(load_config(None, {"parallel.backend": "process", "parallel.workers": 1}))
