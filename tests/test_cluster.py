@@ -332,13 +332,3 @@ def test_shutting_a_cluster_down_closes_its_workers_before_its_scheduler():
         cluster.scheduler.add_plugin(census)
         RunningCluster(Backend(), Client(cluster.scheduler_address), shutdown=True).close()  # as under mpirun: a bare client
     assert census.left == 0
-
-
-def test_low_level_fusion_is_off_unless_the_dask_section_turns_it_on():
-    from openclaw_dask.cluster.settings import dask_settings
-
-    assert dask_settings(cfg(backend="thread"))["optimization.fuse.active"] is False
-    mine = load_config(None, {"dask.optimization.fuse.active": True}, env={})
-    assert dask_settings(mine)["optimization.fuse.active"] is True
-    with openclaw_dask.session():  # and a session's graphs are optimized under it
-        assert dask.config.get("optimization.fuse.active") is False

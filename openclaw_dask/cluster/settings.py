@@ -34,10 +34,6 @@ def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, A
         # distributed's TCP keep-alive needs >= 11 s (10 probes + 1): a lower value cannot start
         "distributed.comm.timeouts.tcp": f"{max(p.timeout, 11.0)}s",
         "distributed.scheduler.allowed-failures": config.fault_tolerance.allowed_failures,
-        # dask's low-level fusion of linear task chains: on a sum over 2,000 chunks it costs more
-        # than it saves (local schedulers order each fused chain again as it runs): 868 -> 423 ms
-        # synchronous, 1,280 -> 601 ms threaded. Blockwise fusion, the one that matters for arrays, stays.
-        "optimization.fuse.active": False,
     }
     # every worker process a nanny starts gets this many BLAS/OpenMP threads (libraries read it at load)
     for var, value in blas_env(config).items():
