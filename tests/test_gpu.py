@@ -114,7 +114,9 @@ def test_refusals(fake_gpus, caplog):
 
 
 def test_batch_size_bounds_the_chunks_in_flight_per_gpu(fake_gpus):
-    settings = cuda.CudaBackend().dask_settings(load_config(None, {"parallel.backend": "cuda", "parallel.batch_size": 3}))
+    from openclaw_dask.cluster.settings import dask_settings
+
+    settings = dask_settings(load_config(None, {"parallel.backend": "cuda", "parallel.batch_size": 3}))  # what a session runs under
     assert settings["distributed.scheduler.worker-saturation"] == 3.0 and settings["array.backend"] == "cupy"
     plain = cuda.CudaBackend().dask_settings(load_config(None, {"parallel.backend": "cuda"}))
     assert "distributed.scheduler.worker-saturation" not in plain

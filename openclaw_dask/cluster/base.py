@@ -130,8 +130,8 @@ class Backend:
     task_overhead_s
         Fixed cost of one more task, seconds: the auto chunk size keeps it small.
     array_backend
-        The dask ``array.backend`` its :meth:`dask_settings` set (``cupy``), so that the chunks a
-        session makes are of it; None: NumPy, or whatever the ``dask:`` section says.
+        The dask ``array.backend`` its sessions run under (``cupy``), so that the chunks a session
+        makes are of it; None: NumPy, or whatever the ``dask:`` section says.
     """
 
     name: ClassVar[str] = ""

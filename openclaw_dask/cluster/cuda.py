@@ -163,8 +163,7 @@ class CudaBackend(ProcessBackend):
                       f"{_gb(gp.pool_bytes)}, {gp.protocol}", self.task_overhead_s)
 
     def dask_settings(self, config: Config) -> dict[str, Any]:
-        # dask's own creation functions (da.ones, da.random...) in the session make CuPy chunks too
-        settings = {**super().dask_settings(config), "array.backend": self.array_backend}
+        settings = super().dask_settings(config)
         if config.parallel.batch_size is not None:
             # One task thread per GPU: the scheduler sends each worker at most batch_size root tasks
             # (chunks being made or read) at a time, so an array bigger than the device streams through it.

@@ -79,8 +79,8 @@ class TransferBuffer(WorkerPlugin):
         import dask.config
 
         if self._before is not None:
-            worker.state.transfer_message_bytes_limit, p2p = self._before
-            dask.config.set({TRANSFER_KEYS[1]: p2p})
+            worker.state.transfer_message_bytes_limit, p2p_before = self._before
+            dask.config.set({TRANSFER_KEYS[1]: p2p_before})
 
 
 class BlasThreads(WorkerPlugin):

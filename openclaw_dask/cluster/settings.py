@@ -40,7 +40,10 @@ def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, A
         settings[f"distributed.nanny.pre-spawn-environ.{var}"] = int(value)
     if p.fusion_buffer_size is not None:  # small pieces move between workers a buffer's worth per message
         settings.update(dict.fromkeys(TRANSFER_KEYS, p.fusion_buffer_size))
-    own = (backend or backend_for(config)).dask_settings(config)
+    backend = backend or backend_for(config)
+    if backend.array_backend is not None:  # the chunks the session makes, and dask's own da.ones, da.random...
+        settings["array.backend"] = backend.array_backend
+    own = backend.dask_settings(config)
     settings.update(own)
     if config.security.enabled:
         from openclaw_dask.cluster.security import tls_settings
