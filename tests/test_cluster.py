@@ -181,9 +181,17 @@ def test_process_backend_runs_worker_processes_on_loopback():
     assert s.client.status == "closed"
 
 
+def _imported(module: str) -> bool:
+    import sys
+
+    return module in sys.modules
+
+
 def test_process_backend_omp_threads_sets_threads_per_worker():
     with openclaw_dask.session(backend="process", workers=1, omp_threads=2) as s:
         assert [w["nthreads"] for w in s.workers().values()] == [2]
+        # imported before the worker took a task: the first compute does not wait for it
+        assert list(s.client.run(_imported, "dask.array").values()) == [True]
 
 
 def test_tcp_on_the_thread_backend():

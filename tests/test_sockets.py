@@ -150,10 +150,10 @@ def test_settings_add_the_size_and_append_the_preload():
     user = {"dask.distributed.worker.preload": ["mymod"]}
     s = dask_settings(cfg(backend="process", socket_buffer_size="1MiB", **user))
     assert s[sockets.CONFIG_KEY] == ASK
-    assert s["distributed.worker.preload"] == ["mymod", INTERRUPT, sockets.PRELOAD]
+    assert s["distributed.worker.preload"] == ["mymod", INTERRUPT, "dask.array", sockets.PRELOAD]
     assert s["distributed.scheduler.preload"] == s["distributed.nanny.preload"] == [sockets.PRELOAD]
     plain = dask_settings(cfg(backend="process"))
-    assert sockets.CONFIG_KEY not in plain and plain["distributed.worker.preload"] == [INTERRUPT]
+    assert sockets.CONFIG_KEY not in plain and plain["distributed.worker.preload"] == [INTERRUPT, "dask.array"]
 
 
 @pytest.mark.parametrize(

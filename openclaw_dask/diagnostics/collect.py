@@ -302,6 +302,7 @@ def _distributed(record: RunRecord, client: Any) -> Iterator[None]:
         undo.callback(lambda: probe.update(client.run_on_scheduler(_pop_input_probe, name=name)))
         undo.enter_context(_probe_layouts(record, client))
         stream = undo.enter_context(get_task_stream(client))
+        record.start = time.time()  # the run starts after the probes are in place: their round trips are not its own
         try:
             yield
         finally:
