@@ -1,6 +1,9 @@
-"""The parts a :class:`~openclaw_dask.Session` is built from, each taken on the session's ExitStack.
+"""The parts a :class:`~openclaw_dask.Session` is built from, each taken on one of the session's two ExitStacks.
 
-Setup order (teardown is the reverse, by construction):
+Setup order (teardown is the reverse, by construction). What changes the whole process (log
+levels, signal handler, dask configuration, BLAS pools, malloc tuning) is on the second stack,
+undone after the first, so that sessions closed out of order still leave dask's configuration
+as it was (:func:`openclaw_dask.session._opened`).
 
 1. log levels of ``openclaw_dask`` and ``distributed``, and SIGTERM unwinding the stack as Ctrl-C does;
 2. the spill folder and its bound (:func:`~openclaw_dask.cluster.scratch.scratch`), then the dask
@@ -32,8 +35,14 @@ if TYPE_CHECKING:
 __all__ = ["build", "run_errors", "watch"]
 
 
-def build(stack: contextlib.ExitStack, config: Config, backend: Backend, metrics: RunMetrics) -> RunningCluster:
-    """Take parts 1-6 on ``stack`` and return the running cluster."""
+def build(stack: contextlib.ExitStack, process: contextlib.ExitStack, config: Config, backend: Backend,
+          metrics: RunMetrics) -> RunningCluster:
+    """Take parts 1-6 and return the running cluster.
+
+    What changes the whole process (log levels, the SIGTERM handler, dask's configuration, BLAS
+    pools, malloc tuning) goes on ``process``, the rest on ``stack``; the session undoes ``process``
+    after ``stack``, or later where a newer session still runs on top of it.
+    """
     import dask
     import distributed  # noqa: F401  (its defaults must be in dask.config before keys under them are set)
 
@@ -41,10 +50,10 @@ def build(stack: contextlib.ExitStack, config: Config, backend: Backend, metrics
     from openclaw_dask.cluster.settings import dask_settings
     from openclaw_dask.monitoring import require_prometheus_client
 
-    stack.enter_context(_log_levels(config.parallel.log_level))
-    stack.enter_context(_terminate_unwinds())
-    stack.enter_context(dask.config.set(stack.enter_context(scratch(config))))
-    stack.enter_context(dask.config.set(dask_settings(config, backend)))
+    process.enter_context(_log_levels(config.parallel.log_level))
+    process.enter_context(_terminate_unwinds())
+    process.enter_context(dask.config.set(stack.enter_context(scratch(config))))
+    process.enter_context(dask.config.set(dask_settings(config, backend)))
     if config.parallel.socket_buffer_size is not None and backend.capabilities.socket_buffers:
         from openclaw_dask.cluster.sockets import install
 
@@ -54,15 +63,15 @@ def build(stack: contextlib.ExitStack, config: Config, backend: Backend, metrics
         # oversubscribe the cores (process workers get the same from their nanny and a plugin).
         from threadpoolctl import threadpool_limits
 
-        stack.enter_context(threadpool_limits(limits=1))
+        process.enter_context(threadpool_limits(limits=1))
     if config.monitoring.prometheus:
         require_prometheus_client()  # before anything starts
     running = stack.enter_context(backend.start(config))
     if running.local:  # a plain .compute() in the session runs where Session.compute does
         from openclaw_dask.cluster.heap import heap_reuse
 
-        stack.enter_context(dask.config.set(running.local))
-        stack.enter_context(heap_reuse())  # chunk-sized temporaries reuse memory instead of faulting it in
+        process.enter_context(dask.config.set(running.local))
+        process.enter_context(heap_reuse())  # chunk-sized temporaries reuse memory instead of faulting it in
     if running.client is not None:
         stack.enter_context(_plugins(running, backend.worker_plugins(config)))
         metrics.target_workers = len(running.client.scheduler_info(n_workers=-1)["workers"])

@@ -69,6 +69,7 @@ class Session:
         self.started = self.closed = self.borrowed = False
         self._recovery: Any = None
         self._stack = contextlib.ExitStack()
+        self._process = contextlib.ExitStack()  # process-wide state: undone after _stack (see _opened)
 
     def start(self) -> Session:
         """Take every part in order: logging, dask config, BLAS limits, the cluster, plugins, watches."""
@@ -77,8 +78,8 @@ class Session:
         self.started = True
         check(self.config)  # the backend's rules, also for a Config loaded without them
         try:
-            self.running = parts.build(self._stack, self.config, self.backend, self.metrics)
             self._stack.enter_context(_opened(self))
+            self.running = parts.build(self._stack, self._process, self.config, self.backend, self.metrics)
             if self.running.client is not None:
                 self._recovery = parts.watch(self._stack, self.running, self.config, self.metrics)
         except BaseException:
@@ -90,8 +91,8 @@ class Session:
     def close(self) -> None:
         """Undo every part in reverse order: the cluster closes, dask's configuration and log levels return.
 
-        Sessions restore what they changed in the order they were opened; close nested
-        sessions innermost first (``with`` blocks do).
+        Closed under a newer open session, it leaves that one's settings in force and its own dask
+        configuration is undone after that one's: the last to close leaves what the first found.
         """
         if self.closed or self.borrowed or not self.started:
             return
@@ -188,14 +189,27 @@ class Session:
 
 @contextlib.contextmanager
 def _opened(s: Session) -> Iterator[None]:
-    """Keep ``s`` in the list :func:`resize_workers` consults while it is open."""
+    """Keep ``s`` in the list :func:`resize_workers` consults while it is open; undo its process-wide state last.
+
+    Each session's changes to dask's configuration remember what they covered, so undoing them
+    under a newer session's would wipe out the newer one's and bring them back when it closes.
+    A session closing under a newer one hands its undo to it instead, to run after the newer one's own.
+    """
     _OPEN.append(s)
     try:
         yield
     finally:
-        if _OPEN and _OPEN[-1] is not s:
-            logger.warning("closing a session that is not the most recent one: dask settings restored may be stale")
+        at = _OPEN.index(s)
         _OPEN.remove(s)
+        if at < len(_OPEN):
+            newer = _OPEN[at]
+            logger.debug("session closed under a newer one: its dask settings stay until that one closes")
+            handed = contextlib.ExitStack()
+            handed.enter_context(s._process)  # entered first: undone last
+            handed.enter_context(newer._process.pop_all())
+            newer._process = handed
+        else:
+            s._process.close()
 
 
 def active_session() -> Session | None:

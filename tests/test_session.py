@@ -171,12 +171,24 @@ def test_with_statement_starts_a_session_and_start_twice_is_refused():
             s.start()
 
 
-def test_out_of_order_close_warns(caplog):
-    a = openclaw_dask.session(enabled=False)
-    b = openclaw_dask.session(enabled=False, timeout="12s")
-    a.close()
-    assert "not the most recent one" in caplog.text
-    b.close()
+@pytest.mark.parametrize("order", ["012", "021", "102", "120", "201", "210"])
+def test_sessions_closed_in_any_order_leave_dask_config_as_found(order):
+    import copy
+    import logging
+
+    import distributed  # noqa: F401  (its defaults join dask's config when imported, as a session does)
+
+    before, level = copy.deepcopy(dask.config.config), logging.getLogger("distributed").level
+    shapes = [{"enabled": False}, {"workers": 1}, {"workers": 1, "engine": "distributed"}]
+    levels = ["ERROR", "WARNING", "INFO"]
+    opened = {i: openclaw_dask.session(timeout=f"{11 + i}s", log_level=levels[i], **shapes[i]) for i in range(3)}
+    for i in map(int, order):
+        opened.pop(i).close()
+        if opened:  # the newest open session's settings are the ones in force, whatever closed
+            newest = max(opened)
+            assert dask.config.get("distributed.comm.timeouts.connect") == f"{11 + newest}.0s"
+            assert logging.getLevelName(logging.getLogger("distributed").level) == levels[newest]
+    assert dask.config.config == before and logging.getLogger("distributed").level == level
 
 
 def test_blas_pools_are_one_thread_on_thread_and_serial_backends():
