@@ -12,7 +12,8 @@ as it was (:func:`openclaw_dask.session._opened`).
 4. BLAS/OpenMP pools at one thread, when tasks run in this process;
 5. the running cluster (:meth:`Backend.start <openclaw_dask.cluster.Backend.start>`), or the
    local scheduler (and its thread pool) that ``dask.compute`` then uses by default, with
-   freed memory kept for reuse (:mod:`~openclaw_dask.cluster.heap`);
+   freed memory kept for reuse (:mod:`~openclaw_dask.cluster.heap`); with a client, ``dask.compute``
+   goes to it through :func:`~openclaw_dask.cluster.compute.fresh_get` (never a result kept from before);
 6. the backend's worker plugins (taken off again where the cluster is someone else's);
 7. the recovery watch on the scheduler, adaptive scaling, and the Prometheus collector.
 """
@@ -73,6 +74,9 @@ def build(stack: contextlib.ExitStack, process: contextlib.ExitStack, config: Co
         process.enter_context(dask.config.set(running.local))
         process.enter_context(heap_reuse())  # chunk-sized temporaries reuse memory instead of faulting it in
     if running.client is not None:
+        from openclaw_dask.cluster.compute import fresh_get
+
+        process.enter_context(dask.config.set(scheduler=fresh_get(running.client)))  # x.compute() computes anew too
         stack.enter_context(_plugins(running, backend.worker_plugins(config)))
         metrics.target_workers = len(running.client.scheduler_info(n_workers=-1)["workers"])
     return running

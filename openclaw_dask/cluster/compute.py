@@ -1,38 +1,78 @@
-"""Computing collections on a distributed client, with arrays joined where their result is wanted.
+"""Computing collections on a distributed client: every compute computes, arrays joined where their result is wanted.
 
-``client.compute`` ends every graph with one ``finalize`` task that joins each array's
-chunks on a worker: every chunk moves to that worker, the whole result then moves on to
-the client, and the run pays one more scheduling round (about 5-7 ms a compute on two
-worker processes here). For dask arrays :func:`compute` gathers the chunks instead and
-joins them in the calling process with dask's own ``finalize``, as dask's local
-schedulers do. Measured on the process backend (benchmarks/local_engine.py,
-docs/benchmarks.md): a sum over 8 chunks 48 -> 34 ms, a 128 MiB result 373 -> 131 ms
-(with the client gathering straight from the workers, which local backends turn on).
+Fresh results. A distributed client drops its hold on a result's keys through a callback on its
+event loop (``Future.release``), not at once. Computing the same graph again before that
+callback has run finds the previous compute's futures still alive, already finished, and
+returns their data without running a task: on two worker processes a repeated sum took
+8-12 ms instead of ~100 ms, benchmarks printed 7x the machine's memory bandwidth, and the
+scheduler logged ``Couldn't gather keys ... forgotten`` when the release then raced the
+gather. :func:`compute` releases its futures and waits until the client's loop has sent
+the release before it returns, so the next graph with the same keys is computed again
+(the release reaches the scheduler first: both go on the client's one ordered stream).
+:func:`fresh_get` does the same for a plain ``.compute()`` inside a session.
+
+Joining arrays. ``client.compute`` ends every graph with one ``finalize`` task that joins
+each array's chunks on a worker: every chunk moves to that worker, the whole result then
+moves on to the client, and the run pays one more scheduling round (about 5-7 ms a compute
+on two worker processes here). For dask arrays :func:`compute` gathers the chunks instead
+and joins them in the calling process with dask's own ``finalize``, as dask's local
+schedulers do (a 128 MiB result 373 -> 131 ms on the process backend, benchmarks/local_engine.py).
 Other collections (dataframes, bags, delayed, a mix) keep ``client.compute``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["compute"]
+__all__ = ["compute", "fresh_get"]
 
 # what client.get takes of client.compute's keywords; any other keyword keeps client.compute
 _GET_KEYWORDS = frozenset({"optimize_graph", "retries", "workers", "allow_other_workers", "resources", "priority", "fifo_timeout"})
 
 
 def compute(client: Any, collections: list[Any], **kwargs: Any) -> tuple[Any, ...]:
-    """The results of ``collections`` computed on ``client``, in order."""
+    """The results of ``collections`` computed on ``client``, in order, each computed anew."""
     import dask.array as da
 
     if not collections or not all(isinstance(c, da.Array) for c in collections) or set(kwargs) - _GET_KEYWORDS:
-        return tuple(client.compute(collections, sync=True, **kwargs))
+        return tuple(_gathered(client, client.compute(collections, **kwargs)))
     from dask.base import collections_to_expr
 
     expr = collections_to_expr(collections, kwargs.pop("optimize_graph", True)).optimize()
-    chunks = client.get(expr, expr.__dask_keys__(), sync=True, **kwargs)
+    chunks = _gathered(client, client.get(expr, expr.__dask_keys__(), sync=False, **kwargs))
     results = []
     for array, parts in zip(collections, chunks, strict=True):
         finalize, args = array.__dask_postcompute__()
         results.append(finalize(parts, *args))
     return tuple(results)
+
+
+def fresh_get(client: Any) -> Callable[..., Any]:
+    """A dask ``scheduler=`` callable that runs graphs on ``client`` as :func:`compute` does (never a kept result)."""
+
+    def get(dsk: Any, keys: Any, **kwargs: Any) -> Any:
+        from distributed.worker import thread_state
+
+        if getattr(thread_state, "key", None):  # inside a task: the client's own path secedes first
+            return client.get(dsk, keys, **kwargs)
+        kwargs.pop("sync", None)
+        return _gathered(client, client.get(dsk, keys, sync=False, **kwargs))
+
+    return get
+
+
+def _gathered(client: Any, futures: Any) -> Any:
+    """The data of ``futures`` (any nesting); the client's hold on them is gone when this returns."""
+    from distributed.client import futures_of
+
+    try:
+        return client.gather(futures)
+    finally:
+        for future in futures_of(futures):
+            future.release()
+        client.sync(_loop_turned)  # runs after the releases queued on the client's loop: they have been sent
+
+
+async def _loop_turned() -> None:
+    return None
