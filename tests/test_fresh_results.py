@@ -87,6 +87,8 @@ def test_a_persisted_result_is_reused_as_the_user_asked():
         distributed.wait(total)
         ran = _executions(s, lambda: [s.compute(total) for _ in range(3)])
         assert ran == 0
+        again = x.persist()  # a plain persist in the session keeps its chunks on the workers
+        assert all(isinstance(v, distributed.Future) for v in again.__dask_graph__().values())
 
 
 @pytest.mark.mpi

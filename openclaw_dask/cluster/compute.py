@@ -49,17 +49,28 @@ def compute(client: Any, collections: list[Any], **kwargs: Any) -> tuple[Any, ..
 
 
 def fresh_get(client: Any) -> Callable[..., Any]:
-    """A dask ``scheduler=`` callable that runs graphs on ``client`` as :func:`compute` does (never a kept result)."""
+    """A dask ``scheduler=`` callable that runs graphs on ``client`` as :func:`compute` does (never a kept result).
 
-    def get(dsk: Any, keys: Any, **kwargs: Any) -> Any:
+    A bound method of an object with the client's ``persist``: ``dask.persist`` finds it there
+    (``scheduler.__self__.persist``) and keeps persisted data on the workers.
+    """
+    return _FreshClient(client).get
+
+
+class _FreshClient:
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def get(self, dsk: Any, keys: Any, **kwargs: Any) -> Any:
         from distributed.worker import thread_state
 
         if getattr(thread_state, "key", None):  # inside a task: the client's own path secedes first
-            return client.get(dsk, keys, **kwargs)
+            return self.client.get(dsk, keys, **kwargs)
         kwargs.pop("sync", None)
-        return _gathered(client, client.get(dsk, keys, sync=False, **kwargs))
+        return _gathered(self.client, self.client.get(dsk, keys, sync=False, **kwargs))
 
-    return get
+    def persist(self, *args: Any, **kwargs: Any) -> Any:
+        return self.client.persist(*args, **kwargs)
 
 
 def _gathered(client: Any, futures: Any) -> Any:
