@@ -51,6 +51,42 @@ def test_check_report_fails_wrong_rows_then_regressions():
         check_report({"rows": [{**ok, "ok": False}]}, 20)
 
 
+def test_a_figure_above_the_measured_bandwidth_is_an_invalid_row_never_a_result():
+    from openclaw_dask.diagnostics.benchmark import _markdown
+    from openclaw_dask.errors import RunError
+    from openclaw_dask.workloads.limits import implausible
+
+    assert implausible(30.0, 31.6) is None and implausible(33.0, 31.6) is None  # within the 5% margin
+    reason = implausible(230.0, 31.6)
+    assert reason.startswith("230.0 GB/s is 7.3x the memory bandwidth measured in this run (31.6 GB/s)")
+    row = {"config": "process", "workload": "array-sum", "ok": True, "invalid": reason, "median_s": 0.0098, "min_s": 0.0095,
+           "max_s": 0.011, "gbps": 230.0, "tasks_per_s": 1e5, "task_latency_s": {"p50": 0, "p95": 0, "p99": 0},
+           "speedup_vs_serial": 7.0, "speedup_vs_numpy_1thread": 9.0, "efficiency_vs_bandwidth": 7.3, "flags": [], "verdicts": []}
+    md = _markdown({"suite": "quick", "created": "now", "repeat": 5, "rows": [row], "machine": {
+        "cpu_count": 2, "memory_bytes": 2**34, "bandwidth_gbps_1_thread": 20.0, "bandwidth_gbps_all_cores": 31.6}})
+    line = next(x for x in md.splitlines() if "| array-sum |" in x)
+    assert "**invalid**: 230.0 GB/s is 7.3x" in line and "9.8" not in line and "7.00" not in line  # no figure of it printed
+    with pytest.raises(RunError, match=r"1 row\(s\) are faster than this machine's memory allows.*process/array-sum: 230.0 GB/s"):
+        check_report({"rows": [row]})
+
+
+def test_array_sum_above_the_limit_is_invalid_and_the_cli_says_so_in_one_line(monkeypatch):
+    from click.testing import CliRunner
+
+    from openclaw_dask.cli import main
+    from openclaw_dask.workloads import array_sum, limits
+
+    limit = limits.throughput_limit
+    seen = []
+    monkeypatch.setattr(array_sum, "throughput_limit", lambda s, n: seen.append(limit(s, n)) or 1e-6)  # a limit no run meets
+    r = CliRunner().invoke(main, ["run", "array-sum", "--size", "8MiB", "--json"])
+    assert r.exit_code == 1, r.output
+    result = json.loads(r.output.splitlines()[0])
+    assert result["ok"] and result["invalid"].endswith("the timed runs cannot have read their data, so this is not a result")
+    assert r.output.splitlines()[-1].startswith("openclaw: error: array-sum:") and "Traceback" not in r.output
+    assert seen and 1 < seen[0] < 1e4  # the real limit was measured: GB/s of this machine
+
+
 def _report(*rows):
     return {"schema": SCHEMA, "rows": [dict(zip(("config", "workload", "median_s", "min_s", "max_s"), r)) for r in rows]}
 
@@ -88,6 +124,8 @@ def test_quick_suite_writes_three_reports_and_flags_tiny_chunks(quick_run):
     assert {w for _, w in rows} == set(KERNELS)
     assert {c for c, _ in rows} == {"serial", "task_chunk_size=1MiB", "task_chunk_size=64MiB"}
     assert all(row["ok"] for row in rows.values())
+    assert not any(row["invalid"] for row in rows.values())  # every figure under the bandwidth measured in this run
+    assert all(row["efficiency_vs_bandwidth"] is None or row["efficiency_vs_bandwidth"] <= 1.05 for row in rows.values())
     assert "overhead-bound" in rows["task_chunk_size=1MiB", "array-sum"]["flags"]
     assert "overhead-bound" not in rows["task_chunk_size=64MiB", "array-sum"]["flags"]
     assert rows["task_chunk_size=1MiB", "array-sum"]["settings"]["parallel.task_chunk_size"] == str(2**20)

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from openclaw_dask.cli._app import friendly, load, resolve_target, target_options
-from openclaw_dask.errors import ResultMismatch
+from openclaw_dask.errors import ResultMismatch, RunError
 
 __all__ = ["run"]
 
@@ -43,6 +43,8 @@ def _report_workload(result: Any, name: str, as_json: bool) -> None:
         print_run_summary(result)
     if not result.ok:
         raise ResultMismatch(f"{name}: {result.mismatch}")
+    if getattr(result, "invalid", None):
+        raise RunError(f"{name}: {result.invalid}")
 
 
 def _report_script(summary: dict[str, Any], as_json: bool) -> None:

@@ -17,9 +17,7 @@ import os
 import platform
 import statistics
 import sys
-import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,6 +29,7 @@ from openclaw_dask.cluster import load_config  # checked against its backend up 
 from openclaw_dask.config import Config
 from openclaw_dask.config.model import plain as _plain
 from openclaw_dask.errors import ConfigError, ResultMismatch, RunError
+from openclaw_dask.workloads.limits import hosts, implausible, measure_bandwidth
 
 __all__ = [
     "SCHEMA",
@@ -147,35 +146,21 @@ def check_report(report: dict[str, Any], fail_pct: float | None = None) -> None:
     ResultMismatch
         A row computed a wrong answer.
     RunError
-        A row is slower than the baseline by more than ``fail_pct`` percent.
+        A row is faster than this machine's memory allows (``invalid``), or slower than the
+        baseline by more than ``fail_pct`` percent.
     """
     bad = [r for r in report["rows"] if not r["ok"]]
     if bad:
         raise ResultMismatch(f"{len(bad)} row(s) disagree with NumPy: " + ", ".join(f"{r['config']}/{r['workload']}" for r in bad))
+    invalid = [r for r in report["rows"] if r.get("invalid")]
+    if invalid:
+        raise RunError(f"{len(invalid)} row(s) are faster than this machine's memory allows, so not results: "
+                       + "; ".join(f"{r['config']}/{r['workload']}: {r['invalid']}" for r in invalid))
     if fail_pct is not None:
         slower = regressions(report, fail_pct)
         if slower:
             raise RunError(f"{len(slower)} row(s) regressed by more than {fail_pct:g}%: " + ", ".join(
                 f"{r['config']}/{r['workload']} {r['compare']['ratio']:.2f}x" for r in slower))
-
-
-def measure_bandwidth(nbytes: int = 256 * 2**20, repeat: int = 5) -> dict[str, float]:
-    """Memory bandwidth of a NumPy sum, one thread and all cores (GB/s), measured now."""
-    from dask.system import CPU_COUNT
-
-    x = np.arange(nbytes // 8, dtype="f8")
-    out = {}
-    for threads in sorted({1, CPU_COUNT}):
-        parts = np.array_split(x, threads)
-        times = []
-        with ThreadPoolExecutor(threads) as pool:
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                sum(pool.map(np.sum, parts))
-                times.append(time.perf_counter() - t0)
-        out["1_thread" if threads == 1 else "all_cores"] = x.nbytes / statistics.median(times) / 1e9
-    out.setdefault("all_cores", out["1_thread"])
-    return out
 
 
 def _cpu_steal_s() -> float | None:
@@ -266,7 +251,7 @@ def run_benchmark(
     size, kernels = SUITES[suite]
     say = progress or (lambda message: None)
     say("measuring memory bandwidth")
-    bandwidth = measure_bandwidth()
+    bandwidth = measure_bandwidth(min(size, 256 * 2**20))  # over the suite's input size: its caches count
     serial = Configuration("serial", load_config(configs[0].config.path, {**(base_overrides or {}), "parallel.enabled": False}))
     rows = []
     labelled = _unique_labels([serial, *configs])
@@ -280,7 +265,9 @@ def run_benchmark(
                 row["settings"]["parallel.enabled"] = conf.config.parallel.enabled
                 row["workers"] = len(s.workers()) or 1
                 row["threads"] = s.slots
-                row["efficiency_vs_bandwidth"] = row["gbps"] / bandwidth["all_cores"] if row["nbytes"] else None
+                limit = bandwidth["all_cores"] * hosts(s)
+                row["efficiency_vs_bandwidth"] = row["gbps"] / limit if row["nbytes"] else None
+                row["invalid"] = implausible(row["gbps"], limit)
                 rows.append(row)
     by_kernel = {r["workload"]: r["median_s"] for r in rows if r["config"] == "serial"}
     first = {r["workload"]: r["median_s"] for r in rows if r["config"] == labelled[1].label}
@@ -393,6 +380,10 @@ def _markdown(report: dict[str, Any]) -> str:
         cmp_text = f"{cmp['status']} ({cmp['ratio']:.2f}x, band {cmp['noise_band']:.0%})" if "ratio" in cmp else cmp.get("status", "")
         eff = f"{r['efficiency_vs_bandwidth']:.0%}" if r["efficiency_vs_bandwidth"] is not None else "-"
         flags = r["flags"] + ([f"cpu-steal {r['cpu_steal_share']:.0%}"] if (r.get("cpu_steal_share") or 0) >= STEAL_NOTED else [])
+        if r.get("invalid"):  # its figures are not results: none is printed
+            lines.append(f"| {r['config']} | {r['workload']} | {'yes' if r['ok'] else '**NO**'} | **invalid**: {r['invalid']} "
+                         "| - | - | - | - | - | - | - | - |")
+            continue
         lines.append(
             f"| {r['config']} | {r['workload']} | {'yes' if r['ok'] else '**NO**'} | {r['median_s'] * 1e3:.1f} "
             f"[{r['min_s'] * 1e3:.1f}-{r['max_s'] * 1e3:.1f}] | {r['gbps']:.2f} | {r['tasks_per_s']:.0f} | "
@@ -414,11 +405,11 @@ def _against_first(rows: list[dict[str, Any]]) -> list[str]:
     labels = list(dict.fromkeys(r["config"] for r in rows if r["config"] != "serial"))
     if len(labels) < 2 or any("speedup_vs_first" not in r for r in rows):
         return []
-    table = {(r["workload"], r["config"]): r["speedup_vs_first"] for r in rows}
+    table = {(r["workload"], r["config"]): "invalid" if r.get("invalid") else f"{r['speedup_vs_first']:.2f}" for r in rows}
     lines = ["", f"## Speedup over {labels[0]}", "", "| workload | " + " | ".join(labels[1:]) + " |",
              "|---|" + "---|" * (len(labels) - 1)]
     for workload in dict.fromkeys(r["workload"] for r in rows):
-        lines.append(f"| {workload} | " + " | ".join(f"{table[workload, c]:.2f}" for c in labels[1:]) + " |")
+        lines.append(f"| {workload} | " + " | ".join(table[workload, c] for c in labels[1:]) + " |")
     return lines
 
 
@@ -429,7 +420,7 @@ def _html_layout(report: dict[str, Any]) -> Any:
 
     from openclaw_dask.diagnostics.html import _palette
 
-    rows = report["rows"]
+    rows = [r for r in report["rows"] if not r.get("invalid")]  # an invalid row's figures are not results
     factors = [(r["workload"], r["config"]) for r in rows]
     colors = _palette(sorted({r["config"] for r in rows}))
     source = ColumnDataSource({

@@ -51,7 +51,11 @@ def print_run_summary(r: Any) -> None:
         return _print_kernel_summary(r)
     table = _summary_table(f"openclaw run {r.workload}")
     table.add_row("check", f"{_verdict(r.ok)}: {r.result:.17g} (expected {r.expected:.17g})")
-    table.add_row("throughput", f"{r.gbps:.2f} GB/s over {_b(r.size_bytes)} (median of {len(r.sum_s_all)} sums: {r.sum_s * 1e3:.1f} ms)")
+    if r.invalid:
+        table.add_row("throughput", f"[red]INVALID[/]: {r.invalid}")
+    else:
+        table.add_row("throughput", f"{r.gbps:.2f} GB/s over {_b(r.size_bytes)} (median of {len(r.sum_s_all)} sums: "
+                      f"{r.sum_s * 1e3:.1f} ms; memory bandwidth {r.bandwidth_gbps:.1f} GB/s)")
     table.add_row("wall time", f"{r.wall_s:.2f} s (generation {r.generate_s:.2f} s)")
     table.add_row("cluster", f"{r.backend}: {r.workers} worker(s), {r.threads} thread(s)")
     table.add_row("engine", r.engine)

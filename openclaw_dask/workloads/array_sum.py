@@ -3,7 +3,8 @@
 A float64 array whose elements are their own index is made chunk-wise on the
 workers and kept in their memory; the sum over it is then timed ``repeat`` times.
 GB/s counts the bytes the timed sum reads, so generation is reported separately
-and never flatters the figure (see DESIGN.md section 6).
+and never flatters the figure (see DESIGN.md section 6); a figure above the memory
+bandwidth measured in the same run is marked invalid (:mod:`~openclaw_dask.workloads.limits`).
 
 ``workload.skew`` and ``workload.straggler`` plant problems for ``openclaw profile``:
 one chunk ``skew`` times bigger than the others, or one chunk whose generation
@@ -19,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from openclaw_dask.progress import track_persist
+from openclaw_dask.workloads.limits import implausible, throughput_limit
 from openclaw_dask.workloads.memory import require_memory
 
 __all__ = ["ArraySumResult", "run"]
@@ -47,6 +49,8 @@ class ArraySumResult:
     enabled: bool
     workers: int
     threads: int
+    bandwidth_gbps: float = math.nan  # the limit gbps must stay under (workloads.limits), measured in this run
+    invalid: str | None = None  # why gbps cannot be real (above bandwidth_gbps); None: a result
     workers_lost: int | None = 0  # during this run; None: unknown (remote scheduler without openclaw_dask)
     tasks_recomputed: int | None = 0
     failures_recovered: int | None = 0
@@ -93,9 +97,13 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
     wall_s = time.perf_counter() - t_start
     expected = n * (n - 1) / 2
     sum_s = statistics.median(times)
+    gbps = n * 8 / sum_s / 1e9
+    limit = throughput_limit(session, n * 8)
     workers = session.workers()
     recovery = session.recovery().since(before)
-    session.metrics.workload("array-sum", tasks=len(chunks) * (1 + repeat), nbytes=n * 8 * repeat, gbps=n * 8 / sum_s / 1e9)
+    invalid = implausible(gbps, limit)
+    if invalid is None:  # Prometheus shows results only
+        session.metrics.workload("array-sum", tasks=len(chunks) * (1 + repeat), nbytes=n * 8 * repeat, gbps=gbps)
     return ArraySumResult(
         workload="array-sum",
         result=total,
@@ -105,7 +113,9 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
         generate_s=generate_s,
         sum_s=sum_s,
         sum_s_all=tuple(times),
-        gbps=n * 8 / sum_s / 1e9,
+        gbps=gbps,
+        bandwidth_gbps=limit,
+        invalid=invalid,
         size_bytes=n * 8,
         n_elements=n,
         chunk_bytes=8 * max(chunks),
