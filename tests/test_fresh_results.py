@@ -97,3 +97,16 @@ def test_mpi_computes_anew_too(caplog):
     pytest.importorskip("dask_mpi")
     with openclaw_dask.session(backend="mpi", workers=2) as s:
         _repeated(s, caplog)
+
+
+def test_a_normal_process_run_logs_no_scheduler_error_and_reports_a_real_figure():
+    import json
+
+    from tests.conftest import openclaw
+
+    r = openclaw("run", "array-sum", "--size", "64MiB", "--set", "parallel.backend=process", "--set", "parallel.workers=2",
+                 "--set", "workload.repeat=7", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads(r.stdout)
+    assert result["ok"] and result["invalid"] is None and result["gbps"] <= result["bandwidth_gbps"] * 1.05
+    assert "ERROR" not in r.stderr and "WARNING" not in r.stderr and "Couldn't gather" not in r.stderr, r.stderr
