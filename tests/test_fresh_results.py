@@ -110,3 +110,14 @@ def test_a_normal_process_run_logs_no_scheduler_error_and_reports_a_real_figure(
     result = json.loads(r.stdout)
     assert result["ok"] and result["invalid"] is None and result["gbps"] <= result["bandwidth_gbps"] * 1.05
     assert "ERROR" not in r.stderr and "WARNING" not in r.stderr and "Couldn't gather" not in r.stderr, r.stderr
+
+
+def test_worker_processes_started_inside_a_session_start(tmp_path):
+    # dask's configuration, with the session's scheduler in it, is pickled to every worker process a nanny starts
+    from distributed import Client, LocalCluster
+
+    with openclaw_dask.session(backend="thread", workers=1, engine="distributed") as s, \
+            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1",
+                         local_directory=str(tmp_path)) as cluster, Client(cluster, set_as_default=False) as raw:
+        assert raw.submit(lambda: dask.config.get("scheduler", None), pure=False).result() in (None, "dask.distributed")
+        assert s.compute(s.array((10,), fill="arange").sum()) == 45

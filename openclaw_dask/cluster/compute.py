@@ -51,17 +51,18 @@ def compute(client: Any, collections: list[Any], **kwargs: Any) -> tuple[Any, ..
 def fresh_get(client: Any) -> Callable[..., Any]:
     """A dask ``scheduler=`` callable that runs graphs on ``client`` as :func:`compute` does (never a kept result).
 
-    A bound method of an object with the client's ``persist``: ``dask.persist`` finds it there
-    (``scheduler.__self__.persist``) and keeps persisted data on the workers.
+    It has the client's ``persist``, which ``dask.persist`` looks for, so persisted data stays on
+    the workers. Pickled (dask's configuration goes to every worker process a nanny starts), it
+    becomes ``"dask.distributed"``: that process's own default client, as without openclaw.
     """
-    return _FreshClient(client).get
+    return _FreshGet(client)
 
 
-class _FreshClient:
+class _FreshGet:
     def __init__(self, client: Any) -> None:
         self.client = client
 
-    def get(self, dsk: Any, keys: Any, **kwargs: Any) -> Any:
+    def __call__(self, dsk: Any, keys: Any, **kwargs: Any) -> Any:
         from distributed.worker import thread_state
 
         if getattr(thread_state, "key", None):  # inside a task: the client's own path secedes first
@@ -71,6 +72,12 @@ class _FreshClient:
 
     def persist(self, *args: Any, **kwargs: Any) -> Any:
         return self.client.persist(*args, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (str, ("dask.distributed",))
+
+    def __deepcopy__(self, memo: Any) -> _FreshGet:
+        return self  # a copy of dask's configuration in this process keeps the live client
 
 
 def _gathered(client: Any, futures: Any) -> Any:
