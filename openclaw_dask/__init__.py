@@ -27,9 +27,11 @@ from openclaw_dask.errors import (
     ConfigError,
     ItemFailed,
     OpenclawError,
+    ReadError,
     ResizeError,
     ResultMismatch,
     RunError,
+    ShardFailed,
 )
 from openclaw_dask.session import Session, resize_workers, session
 
@@ -47,11 +49,13 @@ __all__ = [
     "ConfigError",
     "ItemFailed",
     "OpenclawError",
+    "ReadError",
     "ResizeError",
     "ResizeResult",
     "ResultMismatch",
     "RunError",
     "Session",
+    "ShardFailed",
     "Stage",
     "__version__",
     "io",

@@ -14,7 +14,9 @@ exits 2 for configuration errors and 1 for a failed run.
         ├── ClusterStartError                      no cluster could be started or reached
         ├── ResultMismatch                         a workload computed a wrong answer
         ├── BatchFailed                            a pipeline batch failed (index, stage, cause)
-        └── ItemFailed                             an item of a batched map failed (index, cause)
+        ├── ItemFailed                             an item of a batched map failed (index, cause)
+        ├── ShardFailed                            an iterate step failed (shard, round, cause)
+        └── ReadError                              a file cannot be read as what it claims to hold (path, problem, fix)
 
 :class:`ConfigError` and :class:`BackendUnavailable` keep their parts as attributes
 (``key``, ``value``, ``source``, ``allowed``, ``hint``; ``extra``), so a program can
@@ -32,9 +34,11 @@ __all__ = [
     "ConfigError",
     "ItemFailed",
     "OpenclawError",
+    "ReadError",
     "ResizeError",
     "ResultMismatch",
     "RunError",
+    "ShardFailed",
     "format_config_error",
     "format_value",
 ]
@@ -163,3 +167,30 @@ class ItemFailed(RunError):
     def __init__(self, index: int, cause: BaseException) -> None:
         self.index, self.cause = index, cause
         super().__init__(f"item {index} failed: {_cause_text(cause)}")
+
+
+class ShardFailed(RunError):
+    """A ``step`` of :func:`openclaw_dask.dataflow.iterate` raised.
+
+    Attributes: ``shard`` (its index, from 0), ``round`` (the synchronisation round, from 0),
+    ``iteration`` (the global iteration, from 0) and ``cause`` (also ``__cause__``).
+    """
+
+    def __init__(self, shard: int, round: int, iteration: int, cause: BaseException) -> None:
+        self.shard, self.round, self.iteration, self.cause = shard, round, iteration, cause
+        super().__init__(f"shard {shard} failed in round {round} (iteration {iteration}): {_cause_text(cause)}")
+
+
+class ReadError(RunError):
+    """A file cannot be read as the array it claims to hold: missing, truncated, corrupt, a wrong header, a lost chunk.
+
+    Attributes: ``path``, ``problem`` (what is wrong with the file) and ``fix``. It pickles
+    with them, so an error raised in a worker's read task reaches the caller whole.
+    """
+
+    def __init__(self, path: str, problem: str, fix: str) -> None:
+        self.path, self.problem, self.fix = str(path), problem, fix
+        super().__init__(f"cannot read {self.path}: {problem}; {fix}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.path, self.problem, self.fix)

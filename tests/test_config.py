@@ -20,6 +20,7 @@ from openclaw_dask.config.model import (
     ElasticConfig,
     FaultToleranceConfig,
     GpuConfig,
+    IoConfig,
     KubernetesConfig,
     MonitoringConfig,
     SecurityConfig,
@@ -48,7 +49,7 @@ def test_defaults_file_schema_and_dataclasses_agree():
     from_file = [f"{s}.{k}" for s in TYPED_SECTIONS for k in defaults[s]]
     assert from_file == [k.dotted for k in KEYS]
     assert list(defaults) == [*TYPED_SECTIONS, "dask"] and defaults["dask"] == {}
-    classes = (ParallelConfig, ClusterConfig, GpuConfig, WorkloadConfig, ElasticConfig, KubernetesConfig, FaultToleranceConfig,
+    classes = (ParallelConfig, ClusterConfig, GpuConfig, WorkloadConfig, IoConfig, ElasticConfig, KubernetesConfig, FaultToleranceConfig,
                MonitoringConfig, SecurityConfig)
     for section, cls in zip(TYPED_SECTIONS, classes):
         assert [f.name for f in dataclasses.fields(cls)] == [k.name for k in KEYS if k.section == section]

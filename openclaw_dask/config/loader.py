@@ -223,7 +223,7 @@ def _build(merged: _Layer, dask_cfg: dict[str, Any], file: Path | None) -> Confi
         except Invalid as e:
             raise ConfigError(key=key.dotted, value=raw, source=where, allowed=str(e)) from None
     classes = {"parallel": model.ParallelConfig, "cluster": model.ClusterConfig, "gpu": model.GpuConfig,
-               "workload": model.WorkloadConfig,
+               "workload": model.WorkloadConfig, "io": model.IoConfig,
                "elastic": model.ElasticConfig, "kubernetes": model.KubernetesConfig, "fault_tolerance": model.FaultToleranceConfig,
                "monitoring": model.MonitoringConfig, "security": model.SecurityConfig}
     return Config(

@@ -11,7 +11,7 @@ from typing import Any
 
 from openclaw_dask.config.schema import TYPED_SECTIONS, ChunkSize
 
-__all__ = ["ClusterConfig", "Config", "ElasticConfig", "FaultToleranceConfig", "MonitoringConfig", "ParallelConfig", "SecurityConfig", "WorkloadConfig", "plain"]
+__all__ = ["ClusterConfig", "Config", "ElasticConfig", "FaultToleranceConfig", "IoConfig", "MonitoringConfig", "ParallelConfig", "SecurityConfig", "WorkloadConfig", "plain"]
 
 
 def plain(value: Any) -> Any:
@@ -94,6 +94,13 @@ class WorkloadConfig:
 
 
 @dataclass(frozen=True)
+class IoConfig:
+    """How the chunked readers (:mod:`openclaw_dask.io`) treat a Zarr chunk missing from its store."""
+
+    missing_chunks: str  # error | fill
+
+
+@dataclass(frozen=True)
 class ElasticConfig:
     """Run-time resizing: ``Session.resize_workers`` and adaptive scaling."""
 
@@ -141,7 +148,7 @@ class Config:
 
     Attributes
     ----------
-    parallel, cluster, gpu, workload, elastic, kubernetes, fault_tolerance, monitoring, security
+    parallel, cluster, gpu, workload, io, elastic, kubernetes, fault_tolerance, monitoring, security
         The typed sections.
     dask
         Passed unchanged to :mod:`dask.config` while a session runs (read-only mapping).
@@ -156,6 +163,7 @@ class Config:
     cluster: ClusterConfig
     gpu: GpuConfig
     workload: WorkloadConfig
+    io: IoConfig
     elastic: ElasticConfig
     kubernetes: KubernetesConfig
     fault_tolerance: FaultToleranceConfig

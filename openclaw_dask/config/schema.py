@@ -261,6 +261,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 STRATEGIES = ("data", "model", "pipeline")
 SERVICE_TYPES = ("clusterip", "nodeport", "loadbalancer")
 IO_FORMATS = ("npy", "raw", "zarr", "hdf5")
+MISSING_CHUNKS = ("error", "fill")
 ENGINES = ("auto", "threads", "distributed")
 COMMUNICATIONS = ("auto", "tcp", "inproc", "tls", "ucx", "nccl", "gloo")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -307,6 +308,8 @@ KEYS: tuple[Key, ...] = (
     Key("workload", "straggler", lambda v: _duration(v, zero=True)),
     Key("workload", "io_format", _choice(*IO_FORMATS)),
     Key("workload", "read_latency", lambda v: _duration(v, zero=True)),
+    # io: the chunked readers (openclaw_dask.io)
+    Key("io", "missing_chunks", _choice(*MISSING_CHUNKS)),
     # elastic: run-time resizing
     Key("elastic", "cooldown", lambda v: _duration(v, zero=True)),
     Key("elastic", "adaptive", _bool),
@@ -333,7 +336,7 @@ KEYS: tuple[Key, ...] = (
     Key("security", "require_encryption", _bool),
 )
 
-TYPED_SECTIONS: tuple[str, ...] = ("parallel", "cluster", "gpu", "workload", "elastic", "kubernetes", "fault_tolerance", "monitoring",
+TYPED_SECTIONS: tuple[str, ...] = ("parallel", "cluster", "gpu", "workload", "io", "elastic", "kubernetes", "fault_tolerance", "monitoring",
                                    "security")
 SECTIONS: tuple[str, ...] = (*TYPED_SECTIONS, "dask")
 

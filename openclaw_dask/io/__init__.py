@@ -5,6 +5,10 @@
 ``parallel.async_io`` its reads run on dedicated I/O threads, started ahead of compute
 (:mod:`openclaw_dask.io.prefetch`). :func:`read_many` joins many small files along axis 0,
 each task reading up to ``fusion_buffer_size`` of them.
+
+A file that is missing, truncated, corrupt, or whose header disagrees with its size is a
+:class:`~openclaw_dask.errors.ReadError` naming it, on the client or in a worker's task,
+never a wrong array; so is a Zarr chunk missing from its store, unless ``io.missing_chunks: fill``.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from openclaw_dask.dataflow.fusion import merge_chunks
-from openclaw_dask.io.formats import Reader, reader_for, readers
+from openclaw_dask.io.formats import Reader, reader_for, readers, reading
 from openclaw_dask.io.prefetch import prefetcher
 
 __all__ = ["Reader", "Source", "read", "read_many", "readers"]
@@ -40,6 +44,7 @@ class Source:
     chunks: tuple[tuple[int, ...], ...]
     latency: float = 0.0
     prefetch: int = 0  # blocks read ahead on I/O threads (0 = read in the task)
+    missing_chunks: str = "error"  # io.missing_chunks
 
     @property
     def numblocks(self) -> tuple[int, ...]:
@@ -52,12 +57,22 @@ class Source:
         slices = tuple(slice(s, s + c[i]) for s, c, i in zip(starts, self.chunks, index))
         if self.latency:
             time.sleep(self.latency)
-        return _reader(self.format, self.path).read(self.path, slices, **dict(self.options))
+        return _read(self.format, self.path, slices, self.options, self.missing_chunks)
 
 
 @functools.cache
 def _reader(format: str, path: str) -> Reader:
     return reader_for(path, format)
+
+
+def _describe(format: str, path: str, options: dict[str, Any]) -> tuple[tuple[int, ...], np.dtype]:
+    with reading(path, format):
+        return _reader(format, path).describe(path, **options)
+
+
+def _read(format: str, path: str, index: Any, options: tuple[tuple[str, Any], ...], missing_chunks: str) -> np.ndarray:
+    with reading(path, format):
+        return _reader(format, path).read(path, index, missing_chunks=missing_chunks, **dict(options))
 
 
 def _load_block(source: Source, block_info: dict | None = None) -> np.ndarray:
@@ -100,17 +115,21 @@ def read(session: Any, path: str | Path, *, format: str | None = None, chunks: A
     path = str(path)
     fmt = reader_for(path, format).name
     opts = _hashable(options)
-    shape, dtype = _reader(fmt, path).describe(path, **options)
+    shape, dtype = _describe(fmt, path, options)
     chunks = session.chunks(shape, dtype) if chunks is None else da.core.normalize_chunks(chunks, shape, dtype=dtype)
     on = session.config.parallel.async_io if async_io is None else async_io
     depth = max(2, _threads_per_process(session)) if on else 0
-    source = Source(fmt, path, opts, tuple(chunks), latency, depth)
+    source = Source(fmt, path, opts, tuple(chunks), latency, depth, _missing_chunks(session))
     name = f"read-{fmt}-{tokenize(source, Path(path).stat().st_mtime_ns if Path(path).exists() else 0)}"
     return da.map_blocks(_load_block, source, chunks=chunks, dtype=dtype, meta=np.empty((0,) * len(shape), dtype), name=name)
 
 
-def _load_files(format: str, paths: tuple[str, ...], options: tuple[tuple[str, Any], ...]) -> np.ndarray:
-    return np.concatenate([_reader(format, p).read(p, ..., **dict(options)) for p in paths])
+def _missing_chunks(session: Any) -> str:
+    return session.config.io.missing_chunks
+
+
+def _load_files(format: str, paths: tuple[str, ...], options: tuple[tuple[str, Any], ...], missing_chunks: str) -> np.ndarray:
+    return np.concatenate([_read(format, p, ..., options, missing_chunks) for p in paths])
 
 
 def read_many(session: Any, paths: Sequence[str | Path], *, format: str | None = None,
@@ -129,7 +148,7 @@ def read_many(session: Any, paths: Sequence[str | Path], *, format: str | None =
     opts = _hashable(options)
     rows = []
     for p in paths:  # each file's header, read once
-        shape, dtype = _reader(fmt, p).describe(p, **options)
+        shape, dtype = _describe(fmt, p, options)
         rows.append(shape[0])
     rest = shape[1:]  # the columns of every file (np.concatenate refuses files whose columns differ)
     buffer = session.config.parallel.fusion_buffer_size if buffer is None else buffer
@@ -141,8 +160,9 @@ def read_many(session: Any, paths: Sequence[str | Path], *, format: str | None =
             taken, end = taken + rows[end], end + 1
         groups.append(tuple(paths[start:end]))
         start = end
-    name = f"read-many-{fmt}-{tokenize(paths, opts, lengths)}"
+    name = f"read-many-{fmt}-{tokenize(paths, opts, lengths, _missing_chunks(session))}"
     zeros = (0,) * len(rest)
-    dsk = {(name, i, *zeros): (_load_files, fmt, g, opts) for i, g in enumerate(groups)}
+    missing = _missing_chunks(session)
+    dsk = {(name, i, *zeros): (_load_files, fmt, g, opts, missing) for i, g in enumerate(groups)}
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=())
     return da.Array(graph, name, (lengths, *((r,) for r in rest)), meta=np.empty((0,) * (1 + len(rest)), dtype))

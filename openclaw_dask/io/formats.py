@@ -10,18 +10,24 @@ group ``openclaw_dask.readers``, naming a :class:`Reader` subclass::
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib.util
+import math
+import os
+from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from openclaw_dask.errors import BackendUnavailable, ConfigError
+from openclaw_dask.errors import BackendUnavailable, ConfigError, OpenclawError, ReadError
 
-__all__ = ["ENTRY_POINT_GROUP", "Reader", "reader_for", "readers"]
+__all__ = ["ENTRY_POINT_GROUP", "Reader", "reader_for", "readers", "reading"]
 
 ENTRY_POINT_GROUP = "openclaw_dask.readers"
+_REWRITE = "write the file again (or restore it from a copy)"
 
 
 class Reader:
@@ -58,40 +64,147 @@ class Reader:
         finally:
             self.close(array)
 
-    def read(self, path: str, index: Any, **options: Any) -> np.ndarray:
-        """``array[index]`` of the file, as a NumPy array in memory."""
+    def read(self, path: str, index: Any, *, missing_chunks: str = "error", **options: Any) -> np.ndarray:
+        """``array[index]`` of the file, as a NumPy array in memory.
+
+        ``missing_chunks``: ``error`` refuses a region with a chunk the file lacks (see
+        :meth:`require_chunks`), ``fill`` reads it as the fill value.
+        """
         array = self.open(path, **options)
         try:
+            if missing_chunks == "error":
+                self.require_chunks(path, array, index)
             return np.array(array[index])
         finally:
             self.close(array)
 
+    def require_chunks(self, path: str, array: Any, index: Any) -> None:
+        """Raise :class:`ReadError` if a chunk under ``index`` is absent (formats whose chunks are separate objects)."""
+
+
+def _npy_header(path: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """Shape, Fortran order, dtype and data offset from a ``.npy`` header (format versions 1 and 2)."""
+    fmt = np.lib.format
+    with open(path, "rb") as f:
+        try:
+            version = fmt.read_magic(f)
+        except ValueError:
+            raise ReadError(path, "not a .npy file (it does not start with \\x93NUMPY)", _REWRITE + " with numpy.save, "
+                            "or read it with format='raw' and its dtype=") from None
+        try:
+            shape, fortran, dtype = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}[version](f)
+        except (KeyError, ValueError, SyntaxError) as e:
+            raise ReadError(path, f"its .npy header (version {version[0]}.{version[1]}) is corrupt or not supported "
+                            f"({_one_line(e)})", _REWRITE + " with numpy.save") from None
+        return shape, fortran, dtype, f.tell()
+
 
 class NpyReader(Reader):
+    """Memory-mapped after a check that the file holds exactly the bytes its header promises."""
+
     name, suffixes = "npy", (".npy",)
 
     def open(self, path: str, **options: Any) -> Any:
-        return np.load(path, mmap_mode="r")
+        shape, fortran, dtype, offset = _npy_header(path)
+        if dtype.hasobject:
+            raise ReadError(path, f"it holds Python objects (dtype {dtype}), which cannot be read in chunks",
+                            "save a numeric array instead")
+        need, held = math.prod(shape) * dtype.itemsize, os.path.getsize(path) - offset
+        if need != held:
+            raise ReadError(path, f"its header says {dtype.str} {shape} ({need} bytes of data) but the file holds {held} bytes "
+                            f"after the header: it is {'truncated' if held < need else 'longer'}, or the header names the "
+                            "wrong dtype or shape", _REWRITE + " with numpy.save")
+        if need == 0:
+            return np.empty(shape, dtype)
+        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
 
 
 class RawReader(Reader):
-    """Headerless binary: ``dtype`` (required), ``shape`` (default: 1-D, from the file size), ``offset`` bytes."""
+    """Headerless binary: ``dtype`` (required), ``shape`` (default: 1-D, from the file size), ``offset`` bytes.
+
+    The file must hold exactly ``offset`` + the shape's bytes: a size that does not match
+    means a wrong dtype or shape, whose read would be garbage.
+    """
 
     name, suffixes = "raw", (".raw", ".bin", ".dat")
 
     def open(self, path: str, *, dtype: Any = None, shape: Any = None, offset: int = 0, **options: Any) -> Any:
         if dtype is None:
             raise ConfigError(f"reading raw file {path}: its dtype is unknown; pass dtype='float64' (and shape=)")
-        return np.memmap(path, dtype=np.dtype(dtype), mode="r", offset=offset, shape=None if shape is None else tuple(shape))
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            raise ConfigError(f"reading raw file {path}: dtype={dtype!r} is not a NumPy dtype; pass e.g. dtype='float64'") from None
+        held = os.path.getsize(path) - offset
+        if offset < 0 or held < 0:
+            raise ConfigError(f"reading raw file {path}: offset={offset} is outside the file ({held + offset} bytes); "
+                              "pass an offset from 0 to the file's size")
+        if shape is None:
+            if held % dtype.itemsize:
+                raise ReadError(path, f"it holds {held} bytes after offset {offset}, not a whole number of {dtype} "
+                                f"({dtype.itemsize} bytes each)", "pass the dtype= (and offset=) it was written with")
+            shape = (held // dtype.itemsize,)
+        shape = tuple(int(n) for n in shape)
+        if math.prod(shape) * dtype.itemsize != held:
+            raise ReadError(path, f"it holds {held} bytes after offset {offset}, but shape {shape} of {dtype} needs "
+                            f"{math.prod(shape) * dtype.itemsize}: the file is truncated, or the shape or dtype is wrong",
+                            "pass the shape= and dtype= it was written with (or write it again)")
+        if held == 0:
+            return np.empty(shape, dtype)
+        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
 
 
 class ZarrReader(Reader):
+    """A Zarr v2 or v3 array; a chunk missing from the store is an error unless ``io.missing_chunks: fill``.
+
+    Zarr leaves out chunks that hold only the fill value unless written with
+    ``write_empty_chunks=True``: such a store needs ``fill``.
+    """
+
     name, suffixes, module, extra = "zarr", (".zarr",), "zarr", "io"
 
     def open(self, path: str, **options: Any) -> Any:
         import zarr
 
+        if "://" not in path and not os.path.isdir(path):
+            raise ReadError(path, "not a Zarr store (a store is a folder holding zarr.json or .zarray)",
+                            "pass the store's folder, or format= the file's own format")
         return zarr.open_array(path, mode="r")
+
+    def require_chunks(self, path: str, array: Any, index: Any) -> None:
+        from zarr.core.sync import sync
+
+        grid = array.shards or array.chunks  # the objects in the store: shards when sharded
+        ranges = []
+        for n, c, part in zip(array.shape, grid, _region(index, len(array.shape))):
+            start, stop, _ = part.indices(n)
+            ranges.append(range(start // c, -(-stop // c)) if stop > start else range(0))
+        prefix = f"{array.path}/" if array.path else ""
+        missing = [key for coords in np.ndindex(*(len(r) for r in ranges))
+                   if not sync(array.store.exists(key := prefix + array.metadata.encode_chunk_key(
+                       tuple(r[i] for r, i in zip(ranges, coords)))))]
+        if missing:
+            shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+            raise ReadError(path, f"chunk {shown} is missing (io.missing_chunks = error)",
+                            "restore the chunk, or set io.missing_chunks: fill if this store leaves out chunks that "
+                            "hold only the fill value (zarr does unless written with write_empty_chunks=True)")
+
+
+def _region(index: Any, ndim: int) -> tuple[slice, ...]:
+    """A slice per axis that covers ``index`` (slices, integers, ``...``; anything else: the whole axis)."""
+    index = index if isinstance(index, tuple) else (index,)
+    if Ellipsis in index:
+        at = index.index(Ellipsis)
+        index = index[:at] + (slice(None),) * (ndim - len(index) + 1) + index[at + 1:]
+    out = []
+    for part in index + (slice(None),) * (ndim - len(index)):
+        if isinstance(part, (int, np.integer)) and part >= 0:
+            out.append(slice(int(part), int(part) + 1))
+        elif isinstance(part, slice) and part.step in (None, 1):
+            out.append(part)
+        else:  # a negative or fancy index: every chunk along the axis
+            out.append(slice(None))
+    return tuple(out)
 
 
 class Hdf5Reader(Reader):
@@ -103,13 +216,16 @@ class Hdf5Reader(Reader):
         import h5py
 
         f = h5py.File(path, "r")
-        if dataset is None:
-            names = [k for k, v in f.items() if isinstance(v, h5py.Dataset)]
-            if len(names) != 1:
-                f.close()
-                raise ConfigError(f"{path} holds datasets {names or 'none at its top level'}; pass dataset='NAME'")
+        names = [k for k, v in f.items() if isinstance(v, h5py.Dataset)]
+        if dataset is None and len(names) == 1:
             dataset = names[0]
-        return f[dataset]
+        found = f.get(dataset) if dataset is not None else None
+        if not isinstance(found, h5py.Dataset):
+            f.close()
+            what = f"holds datasets {names or 'none at its top level'}" if dataset is None else \
+                f"has no dataset {dataset!r} (its top-level datasets: {names or 'none'})"
+            raise ConfigError(f"{path} {what}; pass dataset='NAME'")
+        return found
 
     def close(self, array: Any) -> None:
         array.file.close()
@@ -140,3 +256,55 @@ def reader_for(path: str | Path, format: str | None = None) -> Reader:
     reader = (cls if isinstance(cls, type) else cls.load())()
     reader.require()
     return reader
+
+
+def _one_line(error: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _check_path(path: str, format: str) -> None:
+    """Refuse what is not there or not a file of ``format``'s kind, before a library reports it its own way."""
+    if "://" in path:  # a URL: its store library checks it
+        return
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ReadError(path, "it is a symlink loop", "point the link at the real file") from None
+        if isinstance(e, FileNotFoundError):
+            what = "a symlink to nothing" if os.path.islink(path) else "no such file or folder"
+            raise ReadError(path, what, "check the path (a relative path starts where the workers run)") from None
+        raise
+    if format != "zarr" and os.path.isdir(path):
+        raise ReadError(path, "it is a folder, not a file", f"pass the {format} file itself")
+    if format != "zarr" and st.st_size == 0:
+        raise ReadError(path, "the file is empty (0 bytes)", _REWRITE)
+
+
+def _explain(path: str, format: str, error: Exception) -> ReadError:
+    """The :class:`ReadError` for a library's own error while reading ``path``."""
+    if isinstance(error, PermissionError):
+        return ReadError(path, "permission denied", "make it readable by the user the workers run as")
+    if format == "zarr" and type(error).__name__ in ("ArrayNotFoundError", "NodeTypeValidationError", "JSONDecodeError"):
+        return ReadError(path, f"its metadata (zarr.json or .zarray) is missing or corrupt ({_one_line(error)})",
+                         "restore the store's metadata, or write the store again")
+    if isinstance(error, OSError) and "truncated" in str(error):
+        return ReadError(path, f"the file is truncated ({_one_line(error)})", _REWRITE)
+    return ReadError(path, f"corrupt, or not a {format} file ({type(error).__name__}: {_one_line(error)})", _REWRITE)
+
+
+@contextlib.contextmanager
+def reading(path: str, format: str) -> Iterator[None]:
+    """Where a reader opens or reads ``path``: every error it raises becomes one naming the file.
+
+    openclaw's own errors pass as they are; any other (NumPy's, h5py's, zarr's, a
+    plugin's) becomes a :class:`ReadError` that says what is wrong and how to fix it.
+    """
+    try:
+        _check_path(path, format)
+        yield
+    except (OpenclawError, MemoryError):
+        raise
+    except Exception as e:  # noqa: BLE001  (a reader's error is about the file it read)
+        raise _explain(path, format, e) from e
