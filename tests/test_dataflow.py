@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from openclaw_dask import BatchFailed, ItemFailed, OpenclawError, Session, load_config
+from openclaw_dask import BatchFailed, ItemFailed, OpenclawError, Session, ShardFailed, load_config
 from openclaw_dask.dataflow import Stage, fusion, iterate, map, pipeline, plan_batches
 from openclaw_dask.dataflow.batched import OVERHEAD_SHARE
 from openclaw_dask.diagnostics.collect import collect
@@ -176,6 +176,20 @@ def test_iterate_takes_the_blocks_of_a_dask_array_as_shards(s):
     out = iterate(s, lambda w, b: w + b.sum(axis=0), np.zeros(3), 1, shards=x)
     np.testing.assert_allclose(out.state * 4, s.compute(x.sum(axis=0)))  # the mean of the 4 blocks' sums
     assert out.shards == 4
+
+
+def fail_on_shard_2_at_7(state, shard):
+    if shard == 2 and state == 7:
+        raise ValueError(f"diverged at state {int(state)}")
+    return state + 1
+
+
+def test_a_failed_step_names_its_shard_round_and_iteration(s):
+    # rounds of 3 steps: iterations 0-2, 3-5, 6-8; state 7 is reached at iteration 7, in round 2
+    with pytest.raises(ShardFailed, match=r"^shard 2 failed in round 2 \(iteration 7\): ValueError: diverged at state 7$") as e:
+        iterate(s, fail_on_shard_2_at_7, 0, 12, shards=[0, 1, 2, 3], sync_interval=3)
+    assert (e.value.shard, e.value.round, e.value.iteration) == (2, 2, 7) and isinstance(e.value.cause, ValueError)
+    assert "\n" not in str(e.value)
 
 
 # -- batched map -------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from openclaw_dask.dataflow._tasks import tasks_of, token
-from openclaw_dask.errors import OpenclawError
+from openclaw_dask.errors import OpenclawError, ShardFailed
 
 __all__ = ["Iterated", "iterate", "mean_state"]
 
@@ -44,9 +44,17 @@ def mean_state(states: Sequence[Any]) -> Any:
     return np.mean(np.stack([np.asarray(s) for s in states]), axis=0)
 
 
-def _local_steps(state: Any, shard: Any, step: Callable[[Any, Any], Any], k: int) -> Any:
-    for _ in range(k):
-        state = step(state, shard)
+class _StepError(Exception):
+    """Raised in a task: the shard, round and iteration whose step failed, and its error (all pickle, as args)."""
+
+
+def _local_steps(state: Any, shard: Any, step: Callable[[Any, Any], Any], k: int, where: tuple[int, int, int]) -> Any:
+    index, round, first = where
+    for i in range(k):
+        try:
+            state = step(state, shard)
+        except Exception as e:
+            raise _StepError(index, round, first + i, e) from e
     return state
 
 
@@ -83,6 +91,11 @@ def iterate(session: Any, step: Callable[[Any, Any], Any], state: Any, n_iter: i
         Local steps between global synchronisations; default ``parallel.sync_interval``.
     combine
         ``combine(local_states) -> state`` at each synchronisation; default :func:`mean_state`.
+
+    Raises
+    ------
+    ShardFailed
+        When ``step`` raises: the shard's index, the round and the iteration (from 0), and the error.
     """
     k = session.config.parallel.sync_interval if sync_interval is None else sync_interval
     if k < 1 or n_iter < 0:
@@ -97,8 +110,15 @@ def iterate(session: Any, step: Callable[[Any, Any], Any], state: Any, n_iter: i
     done = syncs = 0
     while done < n_iter:  # one round: k local steps on every shard, then one global synchronisation
         steps = min(k, n_iter - done)
-        futures = [tasks.submit(f"local-steps-{tag}-{syncs}-{i}", _local_steps, state, shard, step, steps)
+        futures = [tasks.submit(f"local-steps-{tag}-{syncs}-{i}", _local_steps, state, shard, step, steps, (i, syncs, done))
                    for i, shard in enumerate(placed)]
-        state = combine(tasks.gather(futures))
+        try:
+            local = tasks.gather(futures)
+        except _StepError as e:
+            shard, round, iteration, cause = e.args
+            raise ShardFailed(shard, round, iteration, cause) from cause
+        finally:
+            tasks.cancel(f for f in futures if not f.done())
+        state = combine(local)
         done, syncs = done + steps, syncs + 1
     return Iterated(state, n_iter, k, syncs, len(placed), time.perf_counter() - t0)
