@@ -8,7 +8,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from openclaw_dask.errors import ConfigError
+from openclaw_dask.errors import ConfigError, OpenclawError
 from openclaw_dask.session import Session, activated
 
 __all__ = ["run_file", "run_script", "run_workload"]
@@ -48,7 +48,7 @@ def run_script(session: Any, path: str | Path, args: tuple[str, ...] = ()) -> in
     The script runs in its own namespace, but ``sys.modules["__main__"]`` stays the
     caller's, so worker processes spawned meanwhile re-import the caller, never the
     script: no ``if __name__ == "__main__":`` guard is needed. An exception in the
-    script prints its traceback and gives exit code 1.
+    script prints its traceback (an :class:`OpenclawError`: its one line) and gives exit code 1.
     """
     path = Path(path)
     if not path.is_file():
@@ -70,6 +70,9 @@ def run_script(session: Any, path: str | Path, args: tuple[str, ...] = ()) -> in
         if e.code is None or isinstance(e.code, int):
             return e.code or 0
         print(e.code, file=sys.stderr)  # sys.exit("message"), as Python prints it
+        return 1
+    except OpenclawError as e:  # openclaw's own error (a file it could not read, a failed item): its one line
+        print(f"openclaw: error: {e}", file=sys.stderr)
         return 1
     except Exception:  # the script's own error: show it as Python would
         traceback.print_exc()

@@ -14,6 +14,7 @@ never a wrong array; so is a Zarr chunk missing from its store, unless ``io.miss
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from openclaw_dask.dataflow.fusion import merge_chunks
+from openclaw_dask.errors import OpenclawError
 from openclaw_dask.io.formats import Reader, reader_for, readers, reading
 from openclaw_dask.io.prefetch import prefetcher
 
@@ -70,9 +72,28 @@ def _describe(format: str, path: str, options: dict[str, Any]) -> tuple[tuple[in
         return _reader(format, path).describe(path, **options)
 
 
+class _QuietReadErrors(logging.Filter):
+    """Drops a worker's multi-line "Compute Failed" log of a read task that raised openclaw's error.
+
+    The caller gets that error, whose one line says it all; other tasks' failures are logged as before.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (str(record.msg).startswith("Compute Failed") and len(args) > 3
+                    and str(args[3]).startswith(("ReadError(", "ConfigError(")))
+
+
+_QUIET = _QuietReadErrors()
+
+
 def _read(format: str, path: str, index: Any, options: tuple[tuple[str, Any], ...], missing_chunks: str) -> np.ndarray:
-    with reading(path, format):
-        return _reader(format, path).read(path, index, missing_chunks=missing_chunks, **dict(options))
+    try:
+        with reading(path, format):
+            return _reader(format, path).read(path, index, missing_chunks=missing_chunks, **dict(options))
+    except OpenclawError:
+        logging.getLogger("distributed.worker").addFilter(_QUIET)  # in the process the task ran in; added once
+        raise
 
 
 def _load_block(source: Source, block_info: dict | None = None) -> np.ndarray:

@@ -28,6 +28,7 @@ __all__ = ["ENTRY_POINT_GROUP", "Reader", "reader_for", "readers", "reading"]
 
 ENTRY_POINT_GROUP = "openclaw_dask.readers"
 _REWRITE = "write the file again (or restore it from a copy)"
+_RESAVE = "write it again with numpy.save (or restore it from a copy)"
 
 
 class Reader:
@@ -74,7 +75,13 @@ class Reader:
         try:
             if missing_chunks == "error":
                 self.require_chunks(path, array, index)
-            return np.array(array[index])
+            try:
+                return np.array(array[index])
+            except (OpenclawError, MemoryError):
+                raise
+            except Exception as e:  # noqa: BLE001  (the file opened, its data did not decode)
+                raise ReadError(path, f"the data of {_show(index)} is corrupt ({type(e).__name__}: {_one_line(e)})",
+                                _REWRITE) from e
         finally:
             self.close(array)
 
@@ -89,13 +96,13 @@ def _npy_header(path: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
         try:
             version = fmt.read_magic(f)
         except ValueError:
-            raise ReadError(path, "not a .npy file (it does not start with \\x93NUMPY)", _REWRITE + " with numpy.save, "
-                            "or read it with format='raw' and its dtype=") from None
+            raise ReadError(path, "not a .npy file (it does not start with \\x93NUMPY)", _RESAVE + ", or read it "
+                            "with format='raw' and its dtype=") from None
         try:
             shape, fortran, dtype = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}[version](f)
         except (KeyError, ValueError, SyntaxError) as e:
             raise ReadError(path, f"its .npy header (version {version[0]}.{version[1]}) is corrupt or not supported "
-                            f"({_one_line(e)})", _REWRITE + " with numpy.save") from None
+                            f"({_one_line(e)})", _RESAVE) from None
         return shape, fortran, dtype, f.tell()
 
 
@@ -112,8 +119,8 @@ class NpyReader(Reader):
         need, held = math.prod(shape) * dtype.itemsize, os.path.getsize(path) - offset
         if need != held:
             raise ReadError(path, f"its header says {dtype.str} {shape} ({need} bytes of data) but the file holds {held} bytes "
-                            f"after the header: it is {'truncated' if held < need else 'longer'}, or the header names the "
-                            "wrong dtype or shape", _REWRITE + " with numpy.save")
+                            f"after the header: it is {'truncated' if held < need else 'longer than that'}, or the header names "
+                            "the wrong dtype or shape", _RESAVE)
         if need == 0:
             return np.empty(shape, dtype)
         return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
@@ -258,6 +265,13 @@ def reader_for(path: str | Path, format: str | None = None) -> Reader:
     return reader
 
 
+def _show(index: Any) -> str:
+    """``index`` as it would be written in a subscript: ``[16:32, :]``."""
+    parts = index if isinstance(index, tuple) else (index,)
+    return "[" + ", ".join(f"{'' if p.start is None else p.start}:{'' if p.stop is None else p.stop}"
+                           if isinstance(p, slice) else "..." if p is Ellipsis else str(p) for p in parts) + "]"
+
+
 def _one_line(error: BaseException, limit: int = 200) -> str:
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= limit else text[:limit - 3] + "..."
@@ -291,7 +305,8 @@ def _explain(path: str, format: str, error: Exception) -> ReadError:
                          "restore the store's metadata, or write the store again")
     if isinstance(error, OSError) and "truncated" in str(error):
         return ReadError(path, f"the file is truncated ({_one_line(error)})", _REWRITE)
-    return ReadError(path, f"corrupt, or not a {format} file ({type(error).__name__}: {_one_line(error)})", _REWRITE)
+    kind = "store" if format == "zarr" else "file"
+    return ReadError(path, f"corrupt, or not a {format} {kind} ({type(error).__name__}: {_one_line(error)})", _REWRITE)
 
 
 @contextlib.contextmanager
