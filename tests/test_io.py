@@ -327,6 +327,17 @@ def test_an_unreadable_file_is_one_line_naming_it(small_session, tmp_path):
         _read_all(small_session, path)
 
 
+def test_a_permission_error_is_one_line_naming_the_file_even_as_root(small_session, tmp_path, monkeypatch):
+    path = _npy(tmp_path)
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(formats, "open", denied, raising=False)  # what open() raises for chmod 000 as a user
+    with pytest.raises(ReadError, match=r"d\.npy: permission denied; make it readable by the user the workers run as$"):
+        _read_all(small_session, path)
+
+
 def test_a_file_truncated_after_read_is_caught_in_the_task_that_reads_it(small_session, tmp_path):
     path = _npy(tmp_path)
     x = io.read(small_session, path)

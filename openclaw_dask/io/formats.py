@@ -10,6 +10,7 @@ group ``openclaw_dask.readers``, naming a :class:`Reader` subclass::
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import importlib.util
@@ -187,14 +188,19 @@ class ZarrReader(Reader):
             start, stop, _ = part.indices(n)
             ranges.append(range(start // c, -(-stop // c)) if stop > start else range(0))
         prefix = f"{array.path}/" if array.path else ""
-        missing = [key for coords in np.ndindex(*(len(r) for r in ranges))
-                   if not sync(array.store.exists(key := prefix + array.metadata.encode_chunk_key(
-                       tuple(r[i] for r, i in zip(ranges, coords)))))]
+        keys = [prefix + array.metadata.encode_chunk_key(tuple(r[i] for r, i in zip(ranges, coords)))
+                for coords in np.ndindex(*(len(r) for r in ranges))]
+        missing = sync(_absent(array.store, keys))  # one trip to zarr's event loop for all of them
         if missing:
             shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
             raise ReadError(path, f"chunk {shown} is missing (io.missing_chunks = error)",
                             "restore the chunk, or set io.missing_chunks: fill if this store leaves out chunks that "
                             "hold only the fill value (zarr does unless written with write_empty_chunks=True)")
+
+
+async def _absent(store: Any, keys: list[str]) -> list[str]:
+    found = await asyncio.gather(*(store.exists(key) for key in keys))
+    return [key for key, there in zip(keys, found) if not there]
 
 
 def _region(index: Any, ndim: int) -> tuple[slice, ...]:
