@@ -86,22 +86,14 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
     t_start = time.perf_counter()
     plan = session.chunk_plan((n,), "float64")
     chunks = _skewed(plan.chunks[0], cfg.workload.skew)
-    x = session.array((n,), "float64", fill="arange", chunks=(chunks,))
-    if cfg.workload.straggler > 0:
-        x = x.map_blocks(_straggle, cfg.workload.straggler, len(chunks) // 2, dtype=x.dtype, name="openclaw-straggle")
-    x = track_persist(session, x, "generating array", show=progress)
+    x = _generated(session, n, chunks, progress)
     generate_s = time.perf_counter() - t_start
 
     total, times = _timed_sums(session, x, repeat)
     del x  # release worker memory before reporting
-    wall_s = time.perf_counter() - t_start
-    expected = n * (n - 1) / 2
-    sum_s = statistics.median(times)
-    gbps = n * 8 / sum_s / 1e9
-    limit = throughput_limit(session, n * 8)
-    workers = session.workers()
-    recovery = session.recovery().since(before)
-    invalid = implausible(gbps, limit)
+    wall_s, expected, sum_s = time.perf_counter() - t_start, n * (n - 1) / 2, statistics.median(times)
+    gbps, limit = n * 8 / sum_s / 1e9, throughput_limit(session, n * 8)
+    workers, recovery, invalid = session.workers(), session.recovery().since(before), implausible(gbps, limit)
     if invalid is None:  # Prometheus shows results only
         session.metrics.workload("array-sum", tasks=len(chunks) * (1 + repeat), nbytes=n * 8 * repeat, gbps=gbps)
     return ArraySumResult(
@@ -131,6 +123,15 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
         failures_recovered=recovery.failures_recovered,
     )
 
+
+
+def _generated(session: Any, n: int, chunks: tuple[int, ...], progress: bool) -> Any:
+    """``arange(n)`` in ``chunks``, persisted (with ``workload.straggler`` planted in the middle chunk)."""
+    straggler = session.config.workload.straggler
+    x = session.array((n,), "float64", fill="arange", chunks=(chunks,))
+    if straggler > 0:
+        x = x.map_blocks(_straggle, straggler, len(chunks) // 2, dtype=x.dtype, name="openclaw-straggle")
+    return track_persist(session, x, "generating array", show=progress)
 
 
 def _timed_sums(session: Any, x: Any, repeat: int) -> tuple[float, list[float]]:
