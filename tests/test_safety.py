@@ -22,14 +22,10 @@ from click.testing import CliRunner
 
 import openclaw_dask
 from openclaw_dask.cli import main
-from openclaw_dask.cluster.scratch import PREFIX, SPILL_SHARE
+from openclaw_dask.cluster.scratch import LOCK, MARKER, PREFIX, SPILL_SHARE, marker_text
 from tests.conftest import BIN
 
 MiB = 2**20
-
-
-def _ours() -> set[Path]:
-    return set(Path(tempfile.gettempdir()).glob(f"{PREFIX}*-*"))
 
 
 # -- an input that cannot fit is refused before it runs -------------------------------------
@@ -55,14 +51,14 @@ def test_process_workers_memory_limit_bounds_what_fits():
 # -- the spill folder and its bound ----------------------------------------------------------
 
 
-def test_each_session_spills_into_a_folder_of_its_own_removed_at_the_end():
-    before = _ours()
+def test_each_session_spills_into_a_folder_of_its_own_removed_at_the_end(own_tmp):
     with openclaw_dask.session(workers=1, engine="distributed") as s:
         folder = Path(dask.config.get("temporary-directory"))
-        assert folder.name.startswith(f"{PREFIX}{os.getpid()}-") and folder.is_dir()
+        assert folder.name.startswith(f"{PREFIX}{os.getpid()}-") and folder.is_dir() and folder.parent == own_tmp
+        assert (folder / MARKER).is_file() and (folder / LOCK).is_file()
         (worker,) = s.cluster.workers.values()
         assert Path(worker.local_directory).is_relative_to(folder)
-    assert not folder.exists() and _ours() <= before
+    assert not folder.exists() and list(own_tmp.iterdir()) == []
     with pytest.raises(KeyError), openclaw_dask.session(enabled=False):
         folder = Path(dask.config.get("temporary-directory"))
         raise KeyError("inside")
@@ -77,15 +73,122 @@ def test_a_folder_named_in_the_config_is_used_and_kept(tmp_path):
     assert (tmp_path / "scratch").is_dir()
 
 
-def test_a_killed_sessions_folder_is_removed_by_the_next_one():
+def _dead_pid() -> int:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    stale = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{dead.pid}-"))
-    (stale / "spilled").write_bytes(b"x" * 1024)
     if psutil.pid_exists(dead.pid):
         pytest.skip("the pid was reused at once")
+    return dead.pid
+
+
+@pytest.fixture
+def own_tmp(tmp_path, monkeypatch):
+    """The system temp folder, as sessions see it, is this test's own (other runs on the machine stay apart)."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+def _stale(root: Path, pid: int, name: str = "x") -> Path:
+    """A folder as a session killed outright leaves it: marked, its lock file held by nobody."""
+    folder = root / f"{PREFIX}{pid}-{name}"
+    folder.mkdir()
+    (folder / MARKER).write_text(marker_text(pid))
+    (folder / LOCK).write_bytes(b"")
+    return folder
+
+
+_HOLDER = """\
+import fcntl, os, sys, time
+folder = sys.argv[1]
+os.makedirs(folder)
+with open(os.path.join(folder, {marker!r}), "w") as f:
+    f.write(sys.argv[2])
+lock = os.open(os.path.join(folder, {lock!r}), os.O_RDWR | os.O_CREAT)
+fcntl.flock(lock, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_sigkilled_sessions_folder_is_removed_by_the_next_one(own_tmp):
+    script = "import time, dask, openclaw_dask\nwith openclaw_dask.session(enabled=False):\n" \
+             "    print(dask.config.get('temporary-directory'), flush=True)\n    time.sleep(120)\n"
+    env = {**os.environ, "TMPDIR": str(own_tmp)}
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        folder = Path(proc.stdout.readline().strip())
+        assert folder.parent == own_tmp and (folder / MARKER).is_file()
+        (folder / "spilled").write_bytes(b"x" * 1024)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert folder.is_dir()  # SIGKILL: nothing could clean up
     with openclaw_dask.session(enabled=False):
-        assert not stale.exists()
+        assert not folder.exists()
+    assert list(own_tmp.iterdir()) == []
+
+
+def test_a_users_lookalike_folder_is_never_removed(own_tmp):
+    """Issue 22: `mkdir $TMPDIR/openclaw-2024-q3-report && openclaw run array-sum` deleted the user's folder."""
+    report = own_tmp / "openclaw-2024-q3-report"
+    report.mkdir()
+    (report / "q3.csv").write_text("revenue\n1\n")
+    dead = _dead_pid()
+    unlocked = own_tmp / f"{PREFIX}{dead}-nolock"  # a marker but no lock file: not provably abandoned
+    unlocked.mkdir()
+    (unlocked / MARKER).write_text(marker_text(dead))
+    forged = _stale(own_tmp, dead, "forged")
+    (forged / MARKER).write_text(f"openclaw-scratch/1 {dead} not-a-token\n")  # the wrong form
+    other = _stale(own_tmp, dead + 1 if not psutil.pid_exists(dead + 1) else dead, "otherpid")
+    (other / MARKER).write_text(marker_text(dead + 7))  # a marker of another process than the name says
+    r = CliRunner().invoke(main, ["run", "array-sum", "--size", "16MiB"])
+    assert r.exit_code == 0, r.output
+    assert (report / "q3.csv").read_text() == "revenue\n1\n"
+    assert unlocked.is_dir() and forged.is_dir() and other.is_dir()
+
+
+def test_a_folder_locked_by_a_live_session_in_another_pid_namespace_is_kept(own_tmp):
+    """A run in a second container sharing /tmp: its PID is not alive here, but it holds its lock."""
+    dead = _dead_pid()
+    folder = own_tmp / f"{PREFIX}{dead}-spill"
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER.format(marker=MARKER, lock=LOCK), str(folder), marker_text(dead)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        (folder / "spilled").write_bytes(b"x" * 4096)
+        with openclaw_dask.session(enabled=False):
+            assert (folder / "spilled").stat().st_size == 4096
+    finally:
+        holder.kill()
+        holder.wait()
+    with openclaw_dask.session(enabled=False):  # its session gone, the lock is free: now it is stale
+        assert not folder.exists()
+
+
+def test_removing_a_stale_folder_never_follows_a_symlink(own_tmp, tmp_path):
+    victims = tmp_path / "victims"
+    victims.mkdir()
+    (victims / "victim.txt").write_text("precious")
+    (victims / "sub").mkdir()
+    (victims / "sub" / "keep.txt").write_text("precious too")
+    dead = _dead_pid()
+    stale = _stale(own_tmp, dead, "links")
+    (stale / "to-file").symlink_to(victims / "victim.txt")
+    (stale / "to-folder").symlink_to(victims / "sub")
+    (stale / "nested").mkdir()
+    (stale / "nested" / "deeper").symlink_to(victims)
+    # the folder itself a link to a folder that looks abandoned and ours
+    decoy = _stale(tmp_path, dead, "decoy")
+    (decoy / "keep.txt").write_text("precious")
+    (own_tmp / f"{PREFIX}{dead}-link").symlink_to(decoy)
+    with openclaw_dask.session(enabled=False):
+        pass
+    assert not stale.exists()
+    assert (victims / "victim.txt").read_text() == "precious" and (victims / "sub" / "keep.txt").read_text() == "precious too"
+    assert (decoy / "keep.txt").read_text() == "precious" and (decoy / MARKER).is_file()
+    assert (own_tmp / f"{PREFIX}{dead}-link").is_symlink()
 
 
 def test_max_spill_auto_is_a_share_of_the_free_disk_per_worker():
