@@ -41,6 +41,7 @@ __all__ = [
     "ShardFailed",
     "format_config_error",
     "format_value",
+    "shorten",
 ]
 
 _MISSING: Any = object()
@@ -50,13 +51,47 @@ class OpenclawError(Exception):
     """Base class of every error openclaw_dask raises on purpose."""
 
 
+# Longest echo of a received value in a message: a hostile file can hold megabytes in one value.
+ECHO_LIMIT = 80
+REDACTED = "<redacted>"
+
+
+def shorten(text: Any, limit: int = ECHO_LIMIT) -> str:
+    """``text`` (or its ``str``) on one line, cut to ``limit`` characters with an ellipsis.
+
+    Line breaks and other control characters are escaped, so a message stays one line.
+    Values too large to print whole (a number of thousands of digits) say so.
+    """
+    try:
+        text = text if isinstance(text, str) else str(text)
+    except ValueError:  # int -> str refuses more than 4,300 digits
+        return f"<a number of more than {limit} digits>"
+    if len(text) > 4 * limit:  # escape only what can be shown
+        text = text[: 4 * limit]
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
 def format_value(value: Any) -> str:
-    """Show a configuration value as it would be written in the YAML file."""
+    """Show a configuration value as it would be written in the YAML file (cut to :data:`ECHO_LIMIT`)."""
     if value is None:
         return "null"
     if isinstance(value, tuple):
-        return "[" + ", ".join(str(v) for v in value) + "]"
-    return str(value).lower() if isinstance(value, bool) else str(value)
+        return shorten("[" + ", ".join(shorten(v) for v in value[:ECHO_LIMIT]) + "]")
+    return str(value).lower() if isinstance(value, bool) else shorten(value)
+
+
+def _echo(value: Any) -> str:
+    """``repr`` of a received value, cut to :data:`ECHO_LIMIT` without building a huge repr first."""
+    if isinstance(value, (str, bytes)):
+        return shorten(repr(value[: 4 * ECHO_LIMIT]))
+    if isinstance(value, (list, tuple, dict, set)) and len(value) > ECHO_LIMIT:
+        return f"<a {type(value).__name__} of {len(value)} items>"
+    try:
+        return shorten(repr(value))
+    except (ValueError, RecursionError):
+        return f"<a {type(value).__name__}>"
 
 
 class ConfigError(OpenclawError, ValueError):
@@ -97,17 +132,19 @@ def format_config_error(error: ConfigError) -> str:
 
     With ``allowed`` and no message it reads ``SOURCE: KEY must be ALLOWED, got VALUE``.
     """
-    if error.key is not None and error.has_value and error.allowed is not None and not error.message:
-        body = f"{error.key} must be {error.allowed}, got {error.value!r}"
-    elif error.key is not None and error.has_value:
-        body = f"{error.key} = {format_value(error.value)}: {error.message}"
+    key = shorten(error.key) if error.key is not None else None
+    if key is not None and error.has_value and error.allowed is not None and not error.message:
+        body = f"{key} must be {error.allowed}, got {_echo(error.value)}"
+    elif key is not None and error.has_value:
+        body = f"{key} = {format_value(error.value)}: {error.message}"
         if error.allowed is not None:
             body += f"; use {error.allowed}"
     else:
         body = error.message
     if error.hint:
         body += f"; {error.hint}"
-    return f"{error.source}: {body}" if error.source else body
+    line = f"{shorten(error.source, 2 * ECHO_LIMIT)}: {body}" if error.source else body
+    return line if line.isprintable() else shorten(line, len(line))  # one line, whatever a message echoed
 
 
 class BackendUnavailable(OpenclawError, ImportError):

@@ -9,15 +9,13 @@ from __future__ import annotations
 import ipaddress
 from typing import TYPE_CHECKING
 
+from openclaw_dask.config.schema import SOCKET_BUFFER_RANGE
 from openclaw_dask.errors import ConfigError
 
 if TYPE_CHECKING:
     from openclaw_dask.config.model import Config
 
 __all__ = ["SOCKET_BUFFER_RANGE", "check", "check_bind", "is_loopback"]
-
-# Below, the kernel's own minimum; above, each connection may hold that much kernel memory.
-SOCKET_BUFFER_RANGE = (4 * 2**10, 256 * 2**20)
 
 
 def is_loopback(host: str) -> bool:
