@@ -33,7 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 from dask.utils import format_bytes
 
-from openclaw_dask.config.schema import ChunkSize
+from openclaw_dask.config.schema import MAX_CHUNKS, ChunkSize
+from openclaw_dask.errors import ConfigError
 
 __all__ = ["DEFAULT_TASK_OVERHEAD_S", "MAX_AUTO_CHUNK", "ChunkPlan", "min_auto_chunk", "plan_chunks"]
 
@@ -126,6 +127,17 @@ def _balanced(n: int, size: int) -> tuple[int, ...]:
     return tuple(base + (1 if i < extra else 0) for i in range(blocks))
 
 
+def _refuse_too_many(shape: tuple[int, ...], dtype: np.dtype, block: list[int], task_chunk_size: ChunkSize) -> None:
+    """Refuse a layout of more than MAX_CHUNKS chunks before building it: 16-byte chunks of 1 GiB are 67 million
+    tasks, whose graph alone outgrows memory and whose scheduling takes hours."""
+    count = math.prod(math.ceil(n / max(1, b)) for n, b in zip(shape, block))
+    if count > MAX_CHUNKS:
+        total = format_bytes(dtype.itemsize * math.prod(shape))
+        raise ConfigError(f"splits a {total} array into {count:,} chunks, more than the {MAX_CHUNKS:,} a run can schedule",
+                          key="parallel.task_chunk_size", value=str(task_chunk_size),
+                          hint="use a larger task_chunk_size, or auto")
+
+
 def plan_chunks(
     shape: tuple[int, ...],
     dtype: np.dtype | str,
@@ -174,5 +186,6 @@ def plan_chunks(
         block[axis] = max(1, budget // max(1, others))
         if others <= budget:
             break
+    _refuse_too_many(shape, dtype, block, task_chunk_size)
     chunks = tuple(_balanced(n, b) for n, b in zip(shape, block))
     return ChunkPlan(shape=shape, dtype=dtype, chunks=chunks, target_bytes=target, reason=reason)

@@ -28,10 +28,9 @@ def validate_file(path: str | Path) -> Any:
     Raises
     ------
     ConfigError
-        The file is missing or fails a check (the first problem found).
+        The file is missing, not a regular file, too large, or fails a check (the first problem
+        found; :mod:`openclaw_dask.config.reading` says what is read and how).
     """
-    if not Path(path).is_file():
-        raise ConfigError(f"{path}: no such file; create one with `openclaw init {path}`")
     from openclaw_dask.cluster import load_config
 
     return load_config(path, env={})

@@ -66,6 +66,8 @@ def read_text(path: Path) -> str:
                 size += len(chunk)
         finally:
             os.close(fd)
+    except ConfigError:  # a ValueError too
+        raise
     except FileNotFoundError:
         raise ConfigError(f"config file {path}: no such file", hint=f"check the path, or create one with `openclaw init {path}`") from None
     except (OSError, ValueError) as e:  # ValueError: a NUL in the path
