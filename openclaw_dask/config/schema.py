@@ -194,7 +194,7 @@ def _chunk_size(v: Any) -> ChunkSize:
         raise Invalid(allowed) from None
 
 
-_chunk_size.range = f"64B to 64GiB, or {CHUNK_ELEMENTS[0]} to {CHUNK_ELEMENTS[1]:,} elements"  # type: ignore[attr-defined]
+_chunk_size.range = f"64B to 64GiB, or {CHUNK_ELEMENTS[0]} to {CHUNK_ELEMENTS[1]:,} elements; at most {MAX_CHUNKS:,} chunks per array"  # type: ignore[attr-defined]
 
 
 def _seconds(t: float) -> str:
