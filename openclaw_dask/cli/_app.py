@@ -17,7 +17,8 @@ import click
 
 from openclaw_dask.errors import BackendUnavailable, ConfigError, RunError
 
-__all__ = ["config_option", "fail", "friendly", "load", "main", "overrides", "resolve_target", "set_option", "target_options", "writable_parent"]
+__all__ = ["config_option", "fail", "force_option", "friendly", "load", "main", "overrides", "resolve_target", "set_option", "target_options",
+           "writable_parent"]
 
 
 def fail(message: str, code: int) -> None:
@@ -145,10 +146,16 @@ def target_options(func: Any) -> Any:
     return main.command(context_settings={"ignore_unknown_options": True})(func)
 
 
-def writable_parent(path: str | None) -> None:
-    """Refuse an output path whose folder is missing before any work is done, not after."""
-    if path is not None and not Path(path).resolve().parent.is_dir():
-        raise ConfigError(f"cannot write {path}: folder {Path(path).parent} does not exist; create it first")
+force_option = click.option("--force", is_flag=True,
+                            help="Overwrite output files that exist (never through a symbolic link, which is refused).")
+
+
+def writable_parent(path: str | None, force: bool = False) -> None:
+    """Refuse an output path before any work is done, not after: its folder missing, a link, a file without --force."""
+    from openclaw_dask.files import check_target
+
+    if path is not None:
+        check_target(path, force=force)
 
 
 def resolve_target(target: str, script_args: tuple[str, ...]) -> bool:
