@@ -143,7 +143,7 @@ def format_config_error(error: ConfigError) -> str:
         body = error.message
     if error.hint:
         body += f"; {error.hint}"
-    line = f"{shorten(error.source, 2 * ECHO_LIMIT)}: {body}" if error.source else body
+    line = f"{shorten(error.source, ECHO_LIMIT + 20)}: {body}" if error.source else body
     return line if line.isprintable() else shorten(line, len(line))  # one line, whatever a message echoed
 
 

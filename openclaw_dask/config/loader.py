@@ -145,7 +145,7 @@ def _env_layer(env: Mapping[str, str]) -> _Layer:
                 var, _suggest(var, sorted(env_names)),
             )
             continue
-        layer[key.dotted] = (_parse_scalar(text), f"env {var}={REDACTED if key.secret else text}")
+        layer[key.dotted] = (_parse_scalar(text), f"env {var}={REDACTED if key.secret else shorten(text, 40)}")
     return layer
 
 
@@ -162,7 +162,7 @@ def _override_layer(overrides: Mapping[str, Any], label: str) -> tuple[_Layer, d
     dask_cfg: dict[str, Any] = {}
     for name, value in overrides.items():
         key = key_by_name(name)
-        where = f"{label} {name}={REDACTED if key is not None and key.secret else value}"
+        where = f"{label} {name}={REDACTED if key is not None and key.secret else shorten(value, 40)}"  # "got" shows more
         if name.startswith("dask."):
             if not name[len("dask."):].strip("."):
                 raise ConfigError("a dask key needs a name after 'dask.', e.g. dask.array.chunk-size=32MiB", source=where)

@@ -177,8 +177,7 @@ CHUNK_ELEMENTS = (8, 2**33)
 
 
 def _chunk_size(v: Any) -> ChunkSize:
-    allowed = (f"'auto', a size from 64B to 64GiB (64MiB), or a count from {CHUNK_ELEMENTS[0]} to "
-               f"{CHUNK_ELEMENTS[1]:,} ('1000000 elements')")
+    allowed = f"'auto', a size from 64B to 64GiB, or '{CHUNK_ELEMENTS[0]} elements' to '{CHUNK_ELEMENTS[1]:,} elements'"
     if v == "auto":
         return ChunkSize("auto")
     if isinstance(v, str):
@@ -247,22 +246,27 @@ def _port(v: Any) -> int:
 _port.range = "0 to 65535"  # type: ignore[attr-defined]
 
 
+def _is_text(v: Any) -> bool:
+    """A non-empty string that a path, a name or an environment can hold (no NUL: the OS refuses it)."""
+    return isinstance(v, str) and bool(v.strip()) and "\0" not in v
+
+
 def _optional_str(v: Any) -> str | None:
-    if v is None or (isinstance(v, str) and v.strip()):
+    if v is None or _is_text(v):
         return v.strip() if isinstance(v, str) else None
-    raise Invalid("a non-empty string or null")
+    raise Invalid("a non-empty string without NUL characters, or null")
 
 
 def _str(v: Any) -> str:
-    if isinstance(v, str) and v.strip():
+    if _is_text(v):
         return v.strip()
-    raise Invalid("a non-empty string")
+    raise Invalid("a non-empty string without NUL characters")
 
 
 def _str_list(v: Any) -> tuple[str, ...]:
-    if isinstance(v, str) and v.strip():
+    if _is_text(v):
         return (v.strip(),)
-    if isinstance(v, (list, tuple)) and all(isinstance(x, str) and x.strip() for x in v):
+    if isinstance(v, (list, tuple)) and all(_is_text(x) for x in v):
         return tuple(x.strip() for x in v)
     raise Invalid("a list of module names or .py files, e.g. [mypackage.setup]")
 
@@ -270,8 +274,10 @@ def _str_list(v: Any) -> tuple[str, ...]:
 def _env(v: Any) -> tuple[tuple[str, str], ...]:
     if v is None:
         return ()
-    if isinstance(v, dict) and all(isinstance(k, str) and _ENV_NAME.match(k) for k in v):
-        return tuple((k, str(x).lower() if isinstance(x, bool) else str(x)) for k, x in sorted(v.items()))
+    if isinstance(v, dict) and all(isinstance(k, str) and _ENV_NAME.fullmatch(k) for k in v):
+        out = tuple((k, str(x).lower() if isinstance(x, bool) else str(x)) for k, x in sorted(v.items()))
+        if all("\0" not in x for _, x in out):
+            return out
     raise Invalid("a mapping of environment variable names to values, e.g. {EXTRA_PIP_PACKAGES: openclaw-dask}")
 
 
