@@ -151,6 +151,7 @@ def run_errors(config: Config, running: RunningCluster) -> Iterator[None]:
     """Distributed's failures that end a run, as one clear :class:`~openclaw_dask.errors.RunError` each."""
     from concurrent.futures import CancelledError
 
+    from distributed.client import ClosedClientError
     from distributed.scheduler import KilledWorker
 
     from openclaw_dask.errors import RunError
@@ -163,14 +164,14 @@ def run_errors(config: Config, running: RunningCluster) -> Iterator[None]:
             f"(the last {e.last_worker.address}); it may crash or exhaust its worker. "
             "Fix the task, give workers more memory (cluster.memory_limit), or raise fault_tolerance.allowed_failures"
         ) from None
-    except CancelledError as e:
+    except (CancelledError, ClosedClientError) as e:  # closed: the scheduler's comm closed earlier (SchedulerComm)
         client = running.client
         if client.status == "running" and "connection-lost" not in str(e):
             raise
         lost = running.lost()
         if lost:
-            raise RunError(f"{lost}: run again (docs/deploy.md, MPI)") from None
+            raise RunError(lost) from None
         raise RunError(
-            f"lost the scheduler at {client.scheduler.address} (connection lost); its task state is gone, "
+            f"lost the scheduler at {getattr(client.scheduler, 'address', None)} (connection lost); its task state is gone, "
             "so the run cannot go on: restart the scheduler and run again"
         ) from None

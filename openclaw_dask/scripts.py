@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from openclaw_dask.errors import ConfigError, OpenclawError
+from openclaw_dask.errors import ConfigError, OpenclawError, RunError
 from openclaw_dask.session import Session, activated
 
 __all__ = ["run_file", "run_script", "run_workload"]
@@ -18,7 +20,7 @@ def run_workload(config: Any, name: str, *, progress: bool = False) -> Any:
     """Run the built-in workload ``name`` in a session of its own; its result has ``.ok`` and ``.to_dict()``."""
     from openclaw_dask.workloads import WORKLOADS
 
-    with Session(config).start() as s:
+    with Session(config).start() as s, _lost_ends_run(s):
         return WORKLOADS[name](s, progress=progress)
 
 
@@ -34,11 +36,16 @@ def run_file(config: Any, path: str | Path, args: tuple[str, ...] = ()) -> dict[
     t0 = time.perf_counter()
     with Session(config).start() as s:
         exit_code = run_script(s, path, args)
-        workers = len(s.workers()) or 1
-        recovery = s.recovery()  # the session is this run's alone: its counts are the run's
+        if exit_code == 0:  # a script that caught the error itself still ran on a lost cluster
+            _raise_if_lost(s)
+        counts: dict[str, Any] = dict.fromkeys(("workers_lost", "tasks_recomputed", "failures_recovered"))
+        workers = 0
+        if s.running.lost(0) is None:  # else the script said why it failed; its scheduler cannot count any more
+            workers = len(s.workers()) or 1
+            recovery = s.recovery()  # the session is this run's alone: its counts are the run's
+            counts = {name: getattr(recovery, name) for name in counts}
     return {"script": str(path), "ok": exit_code == 0, "exit_code": exit_code, "wall_s": time.perf_counter() - t0,
-            "backend": s.backend.name, "engine": str(s.engine), "workers": workers, "workers_lost": recovery.workers_lost,
-            "tasks_recomputed": recovery.tasks_recomputed, "failures_recovered": recovery.failures_recovered}
+            "backend": s.backend.name, "engine": str(s.engine), "workers": workers, **counts}
 
 
 def run_script(session: Any, path: str | Path, args: tuple[str, ...] = ()) -> int:
@@ -75,9 +82,30 @@ def run_script(session: Any, path: str | Path, args: tuple[str, ...] = ()) -> in
         print(f"openclaw: error: {e}", file=sys.stderr)
         return 1
     except Exception:  # the script's own error: show it as Python would
+        _raise_if_lost(session)  # unless the cluster is gone: that is the one line to show
         traceback.print_exc()
         return 1
     finally:
         sys.argv = argv
         sys.path.remove(folder)
     return 0
+
+
+def _raise_if_lost(session: Any) -> None:
+    """:class:`RunError` naming why, when the session's cluster ended under it (a lost scheduler, an MPI job gone)."""
+    running = getattr(session, "running", None)
+    lost = running.lost(0) if running is not None else None
+    if lost:
+        raise RunError(lost) from None
+
+
+@contextlib.contextmanager
+def _lost_ends_run(session: Any) -> Iterator[None]:
+    """Whatever distributed raised once its scheduler was gone becomes the one line saying so."""
+    try:
+        yield
+    except OpenclawError:
+        raise
+    except Exception:
+        _raise_if_lost(session)
+        raise

@@ -28,17 +28,20 @@ def fail(message: str, code: int) -> None:
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
-    """Ctrl-C as KeyboardInterrupt, never lost in a finalizer.
+    """Ctrl-C as KeyboardInterrupt, never lost in a finalizer, and only once.
 
     Python ignores (and prints) an exception raised in a ``__del__``, and distributed's
     futures release themselves in one: an interrupt that lands there would vanish and the
-    run would go on. It is delivered again a moment later instead.
+    run would go on. It is delivered again a moment later instead. After the first, the
+    command is ending: a second Ctrl-C would break the session's unwinding half way (a cluster
+    left to distributed's exit hooks, ~11 s and "Failed to remove" errors), so it is ignored.
     """
     while frame is not None:
         if frame.f_code.co_name == "__del__":
             threading.Timer(0.05, _again).start()
             return
         frame = frame.f_back
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
@@ -56,7 +59,8 @@ def _interruptible() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, before)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # interrupted: ignored until the exit with 130
+            signal.signal(signal.SIGINT, before)
 
 
 def friendly(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from openclaw_dask.config import Config
 
-__all__ = ["Backend", "Capabilities", "Engine", "RunningCluster"]
+__all__ = ["Backend", "Capabilities", "Engine", "RunningCluster", "SchedulerComm"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -245,6 +245,8 @@ class RunningCluster:
         the tasks (``{"scheduler": "sync"}``, or ``"threads"`` with the session's own ``pool``).
     threads
         Task threads of the local scheduler (with a client, the scheduler knows).
+    comm
+        The :class:`SchedulerComm` watch on the client's connection to its scheduler.
     """
 
     backend: Backend
@@ -255,6 +257,14 @@ class RunningCluster:
     local: Mapping[str, Any] = field(default_factory=dict)
     threads: int = 1
     closed: bool = field(default=False, init=False)
+    comm: SchedulerComm | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.client is not None:
+            from openclaw_dask.cluster import quiet
+
+            quiet.install()  # a run stopped under distributed logs its teardown: not the user's news
+            self.comm = SchedulerComm(self)
 
     @property
     def scheduler(self) -> Scheduler | None:
@@ -265,8 +275,15 @@ class RunningCluster:
         return scheduler if isinstance(scheduler, Scheduler) else None
 
     def lost(self, wait: float = 10.0) -> str | None:
-        """Why the cluster ended while in use, waiting up to ``wait`` s to learn it; ``None`` if it runs."""
-        return None if self.watch is None else self.watch(wait)
+        """Why the cluster ended while in use, waiting up to ``wait`` s to learn it; ``None`` if it runs.
+
+        The backend's own watch (an MPI job's exit names the rank) first, then the client's
+        connection to the scheduler: a closed one is a lost scheduler at once.
+        """
+        reason = None if self.watch is None else self.watch(wait)
+        if reason is None and self.comm is not None:
+            reason = self.comm.lost()
+        return reason
 
     def close(self) -> None:
         """Close the client, then the cluster if openclaw started it (or the local pool). Safe to call twice."""
@@ -275,8 +292,10 @@ class RunningCluster:
                 self.local["pool"].shutdown(wait=False, cancel_futures=True)
             self.closed = True
             return
-        self.closed = True
         gone = self.lost(0) is not None
+        self.closed = True
+        if self.comm is not None:
+            self.comm.stop()
         if self.shutdown and not gone:
             with contextlib.suppress(Exception):
                 _workers_leave_first(self.client)
@@ -294,6 +313,7 @@ class RunningCluster:
                         thing.close()
         finally:
             client_log.setLevel(level)
+            client_log.removeFilter(_SILENT)
         logger.debug("closed %s cluster", self.backend.name)
 
     def __enter__(self) -> RunningCluster:
@@ -301,6 +321,67 @@ class RunningCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class SchedulerComm:
+    """Watches a client's connection to its scheduler and ends the session's use of it once it closes.
+
+    distributed's client answers a closed scheduler comm by cancelling every future (a compute
+    in flight fails at once) and then reconnecting for ``parallel.timeout``; work submitted in
+    the meantime waits that long and then fails with a traceback (10.3 s with a 10 s timeout,
+    30.5 s by default). A scheduler's task state does not survive it anyway, so the first look
+    that finds the comm closed (:meth:`lost`, or a check on the client's loop every 0.1 s)
+    records the loss and closes the client: later calls fail at once, and :meth:`lost` names it.
+    """
+
+    INTERVAL_MS = 100
+
+    def __init__(self, running: RunningCluster) -> None:
+        from tornado.ioloop import PeriodicCallback
+
+        self.running = running
+        client = running.client
+        self.address = getattr(client.scheduler, "address", None)
+        self.since: float | None = None
+        self._check = PeriodicCallback(self._poll, self.INTERVAL_MS)
+        client.loop.add_callback(self._check.start)
+
+    def lost(self) -> str | None:
+        """Why the scheduler is gone (its comm closed), or ``None`` while it is connected."""
+        if self.since is None and not self.running.closed and self.running.client.status == "connecting":
+            self._gone()
+        if self.since is None:
+            return None
+        return (f"lost the scheduler at {self.address} (its connection closed); its task state is gone, "
+                "so the run cannot go on: restart the scheduler and run again")
+
+    def stop(self) -> None:
+        """Stop watching (the session closes the client itself)."""
+        with contextlib.suppress(Exception):
+            self.running.client.loop.add_callback(self._check.stop)
+
+    def _poll(self) -> None:
+        if self.running.closed:
+            self._check.stop()
+        elif self.since is None and self.running.client.status == "connecting":
+            self._gone()
+
+    def _gone(self) -> None:
+        import asyncio
+
+        self.since = time.monotonic()
+        logger.debug("the connection to the scheduler at %s closed", self.address)
+        client = self.running.client
+        # its reconnect attempt, cancelled by the close, logs a traceback: the loss is reported once, by openclaw
+        logging.getLogger("distributed.client").addFilter(_SILENT)
+        client.loop.add_callback(lambda: asyncio.ensure_future(client._close(fast=True)))
+
+
+def _silent(record: logging.LogRecord) -> bool:
+    return False
+
+
+_SILENT = _silent
 
 
 def _workers_leave_first(client: Client, wait: float = 10.0) -> None:

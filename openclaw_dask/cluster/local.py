@@ -130,7 +130,7 @@ def _interruptible(make: Callable[[], Any], wait: float) -> Any:
 
     pool = ThreadPoolExecutor(1, thread_name_prefix="openclaw-start")
     try:
-        started = pool.submit(make)
+        started = pool.submit(_without_sigint, make)
         try:
             return started.result()
         except (KeyboardInterrupt, SystemExit):
@@ -139,6 +139,24 @@ def _interruptible(make: Callable[[], Any], wait: float) -> Any:
             raise
     finally:
         pool.shutdown(wait=False)
+
+
+def _without_sigint(make: Callable[[], Any]) -> Any:
+    """``make()`` with SIGINT blocked in this thread, and so in every thread and process it starts.
+
+    A signal mask is inherited by new threads and kept across fork and exec: the cluster's
+    event loop thread, the threads its nannies start worker processes from, and those worker
+    processes (from their first instruction, before any preload could run) never take the
+    terminal's Ctrl-C. The main thread still does, and the session then stops them.
+    """
+    import signal
+    from multiprocessing import resource_tracker
+
+    # Python starts its resource tracker with SIGINT blocked and then *unblocks* SIGINT in the
+    # thread that started it: started later in the event loop thread, it would undo this mask.
+    resource_tracker.ensure_running()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    return make()
 
 
 class TaskPool(_Executor):

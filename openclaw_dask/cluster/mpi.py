@@ -254,7 +254,8 @@ class MpiJob:
             self.proc.wait(wait)
         if self.proc.returncode is None:
             return None
-        return f"the MPI job ended (exit {self.proc.returncode}; {_lost_rank(self.log)}), and an MPI job cannot replace a rank"
+        return (f"the MPI job ended (exit {self.proc.returncode}; {_lost_rank(self.log)}), and an MPI job cannot replace a rank: "
+                "run again (docs/deploy.md, MPI)")
 
     def close(self) -> None:
         if self.closing:

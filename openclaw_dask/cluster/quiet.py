@@ -1,0 +1,37 @@
+"""Filters for what distributed logs while a cluster stops under a run: teardown noise, not news.
+
+A run ended by Ctrl-C, SIGTERM or a lost scheduler prints one line of openclaw's own. Without
+these filters distributed adds its bookkeeping of that same stop: each task a worker was
+running when it closed (``Async instruction ... ended with CancelledError``, which distributed
+itself says "should exclusively happen in Worker.close()") and every wait of a gather that the
+stop cut short (``Task exception was never retrieved ... AllExit``, distributed's internal
+signal for "stop waiting"). Nothing else is filtered.
+"""
+
+from __future__ import annotations
+
+import logging
+
+__all__ = ["install"]
+
+
+class _TeardownNoise(logging.Filter):
+    """Drops a worker's cancelled-at-close tasks and a gather's unretrieved ``AllExit``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "distributed.worker.state_machine":
+            message = str(record.msg)
+            return not (message.startswith("Async instruction for") and message.endswith("ended with CancelledError"))
+        exc = record.exc_info[1] if record.exc_info else None
+        return type(exc).__name__ != "AllExit" or type(exc).__module__ != "distributed.client"
+
+
+_FILTER = _TeardownNoise("openclaw-teardown")
+
+
+def install() -> None:
+    """Put the filter on the two loggers it reads, once per process."""
+    for name in ("distributed.worker.state_machine", "asyncio"):
+        log = logging.getLogger(name)
+        if _FILTER not in log.filters:
+            log.addFilter(_FILTER)
