@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
 import textwrap
 
+import pytest
 from click.testing import CliRunner
 
 from openclaw_dask import __version__
@@ -203,3 +205,92 @@ def test_plain_python_without_guard_on_process_backend_says_how_to_fix(tmp_path)
     assert r.returncode != 0
     assert "run it with `openclaw run script.py`" in r.stderr
     assert "RESULT" not in r.stdout
+
+
+# -- every file the CLI writes: never over an existing one without --force, never through a link, whole or not at all
+
+_QUICK = ("--size", "1MiB", "--set", "workload.repeat=1")
+WRITERS = {  # command -> (argv for an output path, the file it writes there)
+    "init": (lambda p: ["init", str(p)], lambda p: p),
+    "profile --apply-fix": (lambda p: ["profile", *_QUICK, "--apply-fix", str(p)], lambda p: p),
+    "profile --html": (lambda p: ["profile", *_QUICK, "--html", str(p)], lambda p: p),
+    "tune --write": (lambda p: ["tune", "array-sum", *_QUICK, "--budget", "1s", "--write", str(p)], lambda p: p),
+    "benchmark --out": (lambda p: ["benchmark", "--suite", "smoke", "--repeat", "1", "--out", str(p)], lambda p: p / "report.json"),
+}
+
+
+def _refused(result, *needles):
+    """Exit 2 and one error line naming the path (progress lines of a run that happened may precede it)."""
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("openclaw: error: ")]
+    assert len(errors) == 1 and errors[0] == result.stderr.strip().splitlines()[-1], result.stderr
+    assert "Traceback" not in result.output and all(n in errors[0] for n in needles), errors
+
+
+def _out(tmp_path, command):
+    argv, written = WRITERS[command]
+    path = tmp_path / ("out" if command == "benchmark --out" else "out.yaml")
+    if command == "benchmark --out":
+        path.mkdir()
+    return argv(path), path, written(path)
+
+
+@pytest.mark.parametrize("command", list(WRITERS))
+def test_an_existing_output_is_refused_without_force_and_replaced_with_it(command, tmp_path):
+    argv, _, target = _out(tmp_path, command)
+    target.write_text("mine\n")
+    r = CliRunner().invoke(main, argv)
+    _refused(r, str(target), "already exists", "--force")
+    assert target.read_text() == "mine\n"
+    r = CliRunner().invoke(main, [*argv, "--force"])
+    assert r.exit_code == 0, r.output
+    assert target.read_text() != "mine\n" and not target.is_symlink()
+    assert not [p for p in target.parent.iterdir() if p.name.endswith(".part")]
+
+
+@pytest.mark.parametrize("command", list(WRITERS))
+def test_a_symlink_at_the_output_is_refused_even_with_force(command, tmp_path):
+    """Issue 22: `ln -s victim.txt fixed.yaml; openclaw profile --apply-fix fixed.yaml` overwrote victim.txt (as root)."""
+    argv, path, target = _out(tmp_path, command)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    target.symlink_to(victim)
+    for extra in ([], ["--force"]):
+        r = CliRunner().invoke(main, [*argv, *extra])
+        _refused(r, str(target), "symbolic link")
+        assert victim.read_text() == "precious\n" and target.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, victim.name])
+    assert not path.is_dir() or list(path.iterdir()) == [target]  # no temporary file left
+
+
+def test_benchmark_refuses_an_out_folder_that_is_a_symlink(tmp_path):
+    victims = tmp_path / "victims"
+    victims.mkdir()
+    (tmp_path / "out").symlink_to(victims)
+    for extra in ([], ["--force"]):
+        r = CliRunner().invoke(main, ["benchmark", "--suite", "smoke", "--repeat", "1", "--out", "out", *extra])
+        _refused(r, "out", "symbolic link")
+    assert list(victims.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", list(WRITERS))
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_write_that_fails_leaves_no_partial_file(command, existing, tmp_path, monkeypatch):
+    import errno
+
+    import openclaw_dask.files
+
+    def disk_full(draft, target, force):
+        assert draft.read_text() and draft.parent == target.parent  # written whole, beside the target
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    argv, path, target = _out(tmp_path, command)
+    if existing:
+        target.write_text("mine\n")
+    before = sorted(p.name for p in path.parent.iterdir()) + (sorted(p.name for p in path.iterdir()) if path.is_dir() else [])
+    monkeypatch.setattr(openclaw_dask.files, "_publish", disk_full)
+    r = CliRunner().invoke(main, [*argv, "--force"])
+    _refused(r, f"cannot write {target}", "No space left on device")
+    after = sorted(p.name for p in path.parent.iterdir()) + (sorted(p.name for p in path.iterdir()) if path.is_dir() else [])
+    assert after == before  # nothing half-written, no temporary file left
+    assert (target.read_text() == "mine\n") if existing else not target.exists()

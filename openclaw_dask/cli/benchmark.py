@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from openclaw_dask.cli._app import config_option, friendly, main, overrides, set_option
+from openclaw_dask.cli._app import config_option, force_option, friendly, main, overrides, set_option
 
 
 @main.command(context_settings={"ignore_unknown_options": False})
@@ -21,9 +21,10 @@ from openclaw_dask.cli._app import config_option, friendly, main, overrides, set
 @click.option("--fail-on-regression", "fail_pct", type=float, default=None, metavar="PCT", help="Exit 1 if a row is slower than the baseline by more than PCT%.")
 @config_option
 @set_option
+@force_option
 @friendly
 def benchmark(more: tuple[str, ...], suite: str, configs: tuple[str, ...], sweeps: tuple[str, ...], repeat: int, out_dir: str,
-              baseline: str | None, fail_pct: float | None, config_path: str | None, sets: tuple[str, ...]) -> None:
+              baseline: str | None, fail_pct: float | None, config_path: str | None, sets: tuple[str, ...], force: bool) -> None:
     """Compare configurations on a standard suite: throughput, latency, speedups, with NumPy as referee."""
     from openclaw_dask.diagnostics import benchmark as bench
     from openclaw_dask.progress import status
@@ -32,12 +33,13 @@ def benchmark(more: tuple[str, ...], suite: str, configs: tuple[str, ...], sweep
         raise click.UsageError("--fail-on-regression needs --compare BASELINE.json")
     files = list(configs) + [m for m in more if "=" not in m]
     sweeps = tuple(sweeps) + tuple(m for m in more if "=" in m)
-    plan = bench.prepare(files, sweeps, overrides(sets), config_path=config_path, baseline=baseline, out_dir=out_dir, suite=suite)
+    plan = bench.prepare(files, sweeps, overrides(sets), config_path=config_path, baseline=baseline, out_dir=out_dir, suite=suite,
+                         force=force)
     with status("benchmark", show=sys.stderr.isatty()) as say:
         report = bench.run_benchmark(plan.configs, suite=suite, repeat=repeat, progress=say, base_overrides=plan.base_overrides)
     if plan.baseline is not None:
         bench.compare(report, plan.baseline)
-    paths = bench.write_reports(report, plan.out_dir)
+    paths = bench.write_reports(report, plan.out_dir, force=force)
     click.echo(Path(paths["md"]).read_text("utf-8"))
     click.echo(f"wrote {', '.join(str(p) for p in paths.values())}")
     bench.check_report(report, fail_pct)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from openclaw_dask.cli._app import friendly, main
+from openclaw_dask.cli._app import force_option, friendly, main
 
 __all__ = ["init"]
 
 
 @main.command()
 @click.argument("path", required=False, default=None, type=click.Path())
-@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+@force_option
 @friendly
 def init(path: str | None, force: bool) -> None:
     """Write a commented openclaw_config.yaml (to PATH, or into PATH if it is a folder)."""

@@ -9,7 +9,17 @@ from typing import Any
 
 import click
 
-from openclaw_dask.cli._app import fail, friendly, load, overrides, resolve_target, target_options, writable_parent
+from openclaw_dask.cli._app import (
+    fail,
+    force_option,
+    friendly,
+    load,
+    overrides,
+    resolve_target,
+    target_options,
+    writable_parent,
+)
+from openclaw_dask.errors import ConfigError
 
 __all__ = ["profile"]
 
@@ -32,9 +42,10 @@ def _fix_lines(fixed: Any, path: Path) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the tables.")
 @click.option("--apply-fix", "fix_path", type=click.Path(dir_okay=False), default=None, metavar="FIXED.yaml",
               help="Write this run's config, with its --set and the verdicts' overrides applied, to FIXED.yaml (checked as `config validate` would).")
+@force_option
 @friendly
 def profile(target: str, script_args: tuple[str, ...], config_path: str | None, sets: tuple[str, ...], size: str | None,
-            html_path: str | None, as_json: bool, fix_path: str | None) -> None:
+            html_path: str | None, as_json: bool, fix_path: str | None, force: bool) -> None:
     """Run a workload or script and report per-worker load, skew, stragglers and fixes.
 
     Plant problems to see the verdicts: --set workload.skew=10 (one chunk 10x bigger),
@@ -45,20 +56,22 @@ def profile(target: str, script_args: tuple[str, ...], config_path: str | None, 
     from openclaw_dask.diagnostics.profile import profile_config
 
     is_script = resolve_target(target, script_args)
-    writable_parent(html_path)
-    writable_parent(fix_path)
+    if html_path and fix_path and Path(html_path).absolute() == Path(fix_path).absolute():
+        raise ConfigError(f"--html and --apply-fix both name {html_path}; give each its own file")
+    writable_parent(html_path, force)
+    writable_parent(fix_path, force)
     cfg = load(config_path, sets, size)
     result = profile_config(cfg, target, script_args, progress=not as_json and sys.stderr.isatty())
     out = result.to_dict()
     fixed = None
     if fix_path:  # before any output: a fix that does not validate is an error, and nothing is written
         fixed = fix_config(cfg, overrides(sets, size), result.report.verdicts)
-        write_fixed(fixed, fix_path)
+        write_fixed(fixed, fix_path, force=force)
         out["apply_fix"] = {"path": str(Path(fix_path).resolve()), **fixed.to_dict()}
     if html_path:
         from openclaw_dask.diagnostics.html import profile_layout, write_html
 
-        write_html(profile_layout(result.report, result.record), html_path, "openclaw profile")
+        write_html(profile_layout(result.report, result.record), html_path, "openclaw profile", force=force)
     if as_json:
         click.echo(json.dumps(out, default=str))
     else:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from openclaw_dask.cli._app import friendly, load, resolve_target, target_options, writable_parent
+from openclaw_dask.cli._app import force_option, friendly, load, resolve_target, target_options, writable_parent
 from openclaw_dask.errors import ConfigError
 
 __all__ = ["tune"]
@@ -19,9 +19,10 @@ __all__ = ["tune"]
 @click.option("--write", "write_path", type=click.Path(dir_okay=False), default=None, metavar="TUNED.yaml",
               help="Write the config with the winner's keys set (checked as `config validate` would).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+@force_option
 @friendly
 def tune(target: str, script_args: tuple[str, ...], config_path: str | None, sets: tuple[str, ...], size: str | None,
-         budget: str, write_path: str | None, as_json: bool) -> None:
+         budget: str, write_path: str | None, as_json: bool, force: bool) -> None:
     """Find a fast backend, worker shape and chunk size for a workload or script, by measuring.
 
     Successive halving over thread/process backends, workers, threads per worker and
@@ -36,7 +37,7 @@ def tune(target: str, script_args: tuple[str, ...], config_path: str | None, set
     from openclaw_dask.progress import status
 
     resolve_target(target, script_args)
-    writable_parent(write_path)
+    writable_parent(write_path, force)
     try:
         seconds = parse_timedelta(budget, default="s")
     except (ValueError, KeyError):
@@ -46,7 +47,7 @@ def tune(target: str, script_args: tuple[str, ...], config_path: str | None, set
         result = run_tune(cfg, target, script_args=script_args, budget_s=seconds, say=say)
     out = result.to_dict()
     if write_path:
-        write_fixed(tuned_config(cfg, result), write_path)
+        write_fixed(tuned_config(cfg, result), write_path, force=force)
         out["written"] = str(Path(write_path).resolve())
     if as_json:
         click.echo(json.dumps(out, default=str))

@@ -54,17 +54,15 @@ def write_default_config(path: str | os.PathLike[str] | None = None, *, force: b
     Raises
     ------
     ConfigError
-        The file exists (without ``force``), or its folder does not.
+        The file exists (without ``force``), is a symbolic link (even with ``force``), or its
+        folder does not exist (:mod:`openclaw_dask.files`: never a half-written file).
     """
+    from openclaw_dask.files import write_file
+
     target = Path(path or DEFAULT_FILENAME)
-    if target.is_dir():
+    if target.is_dir() and not target.is_symlink():
         target = target / DEFAULT_FILENAME
-    if target.exists() and not force:
-        raise ConfigError(f"{target} already exists", hint="edit it, or pass --force to overwrite it")
-    if not target.parent.is_dir():
-        raise ConfigError(f"cannot write {target}: folder {target.parent} does not exist", hint="create it first")
-    target.write_text(default_config_text(), "utf-8")
-    return target
+    return write_file(target, default_config_text(), force=force)
 
 
 def _suggest(name: str, candidates: list[str]) -> str:

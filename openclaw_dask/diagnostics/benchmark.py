@@ -29,6 +29,7 @@ from openclaw_dask.cluster import load_config  # checked against its backend up 
 from openclaw_dask.config import Config
 from openclaw_dask.config.model import plain as _plain
 from openclaw_dask.errors import ConfigError, ResultMismatch, RunError
+from openclaw_dask.files import check_folder, write_file
 from openclaw_dask.workloads.limits import hosts, implausible, measure_bandwidth
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
 ]
 
 SCHEMA = "openclaw-benchmark/1"
+REPORT_FILES = {"json": "report.json", "md": "report.md", "html": "report.html"}  # what --out gets
 MIN_NOISE = 0.05  # rows within 5% (or their own spread, if larger) count as the same
 STEAL_NOTED = 0.02  # report.md names CPU steal from this share of a row's timed runs
 
@@ -106,6 +108,7 @@ def prepare(
     baseline: str | None = None,
     out_dir: str | Path = "benchmark-report",
     suite: str = "quick",
+    force: bool = False,
 ) -> Plan:
     """Check everything a benchmark needs before the first timed run, so a typo costs nothing.
 
@@ -116,7 +119,10 @@ def prepare(
     baseline
         A previous ``report.json`` to compare against (read and checked now).
     out_dir
-        The report folder, created now.
+        The report folder, created now; its report files must not exist yet, unless ``force``
+        (and neither it nor they may be a symbolic link).
+    force
+        Allow replacing the report files of an earlier run in ``out_dir``.
 
     Raises
     ------
@@ -131,6 +137,7 @@ def prepare(
     base = dict(base_overrides or {})
     confs = configurations(files, sweeps, base, config_path=config_path)
     old = load_report(baseline, suite=suite) if baseline else None
+    check_folder(out_dir, REPORT_FILES.values(), force=force)
     try:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -449,17 +456,20 @@ def _html_layout(report: dict[str, Any]) -> Any:
     return column(*figs)
 
 
-def write_reports(report: dict[str, Any], out: str | Path) -> dict[str, Path]:
-    """Write ``report.json``, ``report.md`` and ``report.html`` into ``out``."""
-    from openclaw_dask.diagnostics.html import write_html
+def write_reports(report: dict[str, Any], out: str | Path, *, force: bool = False) -> dict[str, Path]:
+    """Write ``report.json``, ``report.md`` and ``report.html`` into ``out``.
 
-    out = Path(out)
+    Each is written as :mod:`openclaw_dask.files` writes (whole or not at all, never through a
+    symbolic link); all three are checked before the first is written, so an existing report
+    (without ``force``) is refused with nothing changed.
+    """
+    from openclaw_dask.diagnostics.html import page
+
+    out = check_folder(out, REPORT_FILES.values(), force=force)
+    texts = {"json": json.dumps(report, indent=2, default=str) + "\n", "md": _markdown(report),
+             "html": page(_html_layout(report), "openclaw benchmark")}  # all made before any is written
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "report.json", "md": out / "report.md", "html": out / "report.html"}
-    paths["json"].write_text(json.dumps(report, indent=2, default=str) + "\n", "utf-8")
-    paths["md"].write_text(_markdown(report), "utf-8")
-    write_html(_html_layout(report), paths["html"], "openclaw benchmark")
-    return paths
+    return {kind: write_file(out / REPORT_FILES[kind], text, force=force) for kind, text in texts.items()}
 
 
 _ROW_FIELDS = ("config", "workload", "median_s", "min_s", "max_s")

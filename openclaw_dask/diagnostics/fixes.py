@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,37 +90,31 @@ def fix_config(config: Any, run_overrides: Mapping[str, Any], verdicts: Iterable
     return FixedConfig(fixed, base, changes)
 
 
-def write_fixed(fixed: FixedConfig, path: str | os.PathLike[str]) -> Path:
+def write_fixed(fixed: FixedConfig, path: str | os.PathLike[str], *, force: bool = False) -> Path:
     """Check ``fixed`` as ``openclaw config validate`` would, then write it to ``path``.
+
+    The file is written as :mod:`openclaw_dask.files` writes: never over an existing file
+    without ``force``, never through a symbolic link, whole or not at all.
 
     Raises
     ------
     ConfigError
-        The fixed config does not validate (nothing is written), or ``path`` cannot be written.
+        The fixed config does not validate (nothing is written), ``path`` exists (without
+        ``force``) or is a symbolic link, or it cannot be written.
     """
     from openclaw_dask.cluster import load_config
+    from openclaw_dask.files import replacing
 
     target = Path(path)
-    if not target.resolve().parent.is_dir():
-        raise ConfigError(f"cannot write {target}: folder {target.parent} does not exist; create it first")
     # The draft sits beside the target: relative paths in a config file are relative to the file.
-    try:
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".yaml", dir=target.resolve().parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(fixed.text)
-    except OSError as e:
-        raise ConfigError(f"cannot write {target}: {e.strerror}") from None
-    try:
-        load_config(name, env={})  # the file alone, as `openclaw config validate` reads it
-    except ConfigError as e:
-        raise ConfigError(f"the fixed config does not validate, so {target} was not written: "
-                          + str(e).replace(name, str(target))) from None
-    finally:
-        Path(name).unlink(missing_ok=True)
-    try:
-        target.write_text(fixed.text, "utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot write {target}: {e.strerror}") from None
+    with replacing(target, force=force) as (f, draft):
+        f.write(fixed.text)
+        f.flush()
+        try:
+            load_config(draft, env={})  # the file alone, as `openclaw config validate` reads it
+        except ConfigError as e:
+            raise ConfigError(f"the fixed config does not validate, so {target} was not written: "
+                              + str(e).replace(str(draft), str(target))) from None
     return target
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["notebook_html", "profile_layout", "write_html"]
+__all__ = ["notebook_html", "page", "profile_layout", "write_html"]
 
 
 def _palette(names: list[str]) -> dict[str, str]:
@@ -83,7 +83,7 @@ def profile_layout(report: Any, record: Any) -> Any:
     return column(_verdicts_div(report), ts, row(load, hist))
 
 
-def _page(layout: Any, title: str) -> str:
+def page(layout: Any, title: str) -> str:
     """``layout`` as one HTML document with Bokeh's JavaScript inline (it opens offline)."""
     from bokeh.embed import file_html
     from bokeh.resources import INLINE
@@ -91,11 +91,15 @@ def _page(layout: Any, title: str) -> str:
     return file_html(layout, INLINE, title=title)
 
 
-def write_html(layout: Any, path: str | Path, title: str) -> Path:
-    """Write ``layout`` as one HTML file with Bokeh's JavaScript inline."""
-    path = Path(path)
-    path.write_text(_page(layout, title), "utf-8")
-    return path
+def write_html(layout: Any, path: str | Path, title: str, *, force: bool = False) -> Path:
+    """Write ``layout`` as one HTML file with Bokeh's JavaScript inline.
+
+    As :func:`openclaw_dask.files.write_file` writes: an existing file only with ``force``,
+    never through a symbolic link, whole or not at all (a ``ConfigError`` otherwise).
+    """
+    from openclaw_dask.files import write_file
+
+    return write_file(path, page(layout, title), force=force)
 
 
 def notebook_html(layout: Any, title: str, height: int = 900) -> str:
@@ -103,5 +107,5 @@ def notebook_html(layout: Any, title: str, height: int = 900) -> str:
 
     It renders offline, and without BokehJS loaded in the notebook first (``output_notebook``).
     """
-    page = html.escape(_page(layout, title), quote=True)
-    return f'<iframe srcdoc="{page}" title="{html.escape(title)}" style="width:100%;height:{height}px;border:0"></iframe>'
+    doc = html.escape(page(layout, title), quote=True)
+    return f'<iframe srcdoc="{doc}" title="{html.escape(title)}" style="width:100%;height:{height}px;border:0"></iframe>'
