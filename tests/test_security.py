@@ -250,6 +250,27 @@ def test_unusable_certificate_files_are_one_clear_error(certs, other_certs, tmp_
         security_for(cfg(**{**certs, "key_file": other_certs["key_file"]}))
 
 
+def test_an_unreadable_key_file_is_named_as_the_key_file(certs, tmp_path, monkeypatch):
+    """Issue 22: an unreadable security.key_file was reported as a problem of security.cert_file."""
+    import errno
+
+    key = tmp_path / "key.pem"
+    shutil.copy(certs["key_file"], key)
+    key.chmod(0)
+    if os.access(key, os.R_OK):  # root reads it anyway: give it the EACCES another user would get
+        real_open = Path.open
+
+        def denied(self, *args, **kwargs):
+            if self == key:
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+            return real_open(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "open", denied)
+    with pytest.raises(ConfigError, match=re.escape(f"security.key_file = {key}: cannot read {key} (Permission denied)")) as e:
+        security_for(cfg(**{**certs, "key_file": str(key)}))
+    assert "cert_file" not in str(e.value) and "\n" not in str(e.value)
+
+
 def test_temporary_certificates_without_cryptography_name_the_pip_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "cryptography", None)  # as if not installed: import fails
     with pytest.raises(BackendUnavailable, match=r"needs the cryptography package.*pip install 'openclaw-dask\[tls\]'"):

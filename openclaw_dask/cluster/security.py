@@ -31,6 +31,12 @@ def _path(config: Config, dotted: str) -> str | None:
         return None
     if not path.is_file():
         raise ConfigError.at(config, dotted, f"no such file ({path})", hint="give the path of a PEM file")
+    try:  # each file on its own: ssl would blame an unreadable key file on the certificate
+        with path.open("rb"):
+            pass
+    except OSError as e:
+        raise ConfigError.at(config, dotted, f"cannot read {path} ({e.strerror or e})",
+                             hint="make it readable by the user openclaw runs as") from None
     return str(path)
 
 
