@@ -34,6 +34,7 @@ def run_file(config: Any, path: str | Path, args: tuple[str, ...] = ()) -> dict[
         recovery counts (``workers_lost``, ``tasks_recomputed``, ``failures_recovered``).
     """
     t0 = time.perf_counter()
+    _source(Path(path))  # an unreadable script is refused before a cluster starts for it
     with Session(config).start() as s:
         exit_code = run_script(s, path, args)
         if exit_code == 0:  # a script that caught the error itself still ran on a lost cluster
@@ -58,10 +59,9 @@ def run_script(session: Any, path: str | Path, args: tuple[str, ...] = ()) -> in
     script prints its traceback (an :class:`OpenclawError`: its one line) and gives exit code 1.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"script {path} does not exist")
+    source = _source(path)
     try:
-        code = compile(path.read_bytes(), str(path), "exec")
+        code = compile(source, str(path), "exec")
     except (SyntaxError, ValueError):  # as `python script.py` reports it
         traceback.print_exc(limit=0)
         return 1
@@ -89,6 +89,16 @@ def run_script(session: Any, path: str | Path, args: tuple[str, ...] = ()) -> in
         sys.argv = argv
         sys.path.remove(folder)
     return 0
+
+
+def _source(path: Path) -> bytes:
+    """The script's bytes, or a :class:`ConfigError` saying why it cannot be read."""
+    if not path.is_file():
+        raise ConfigError(f"script {path} does not exist")
+    try:
+        return path.read_bytes()
+    except OSError as e:  # permissions, or a file the kernel will not hand out (/proc/1/mem)
+        raise ConfigError(f"cannot read script {path}: {e.strerror or e}", hint="check its permissions, or run a readable copy") from None
 
 
 def _raise_if_lost(session: Any) -> None:

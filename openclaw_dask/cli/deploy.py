@@ -46,9 +46,13 @@ def _exec(cmd: Any, dry_run: bool) -> None:
 @friendly
 def scheduler(config_path: str | None, sets: tuple[str, ...], port: int | None, scheduler_file: str | None, dry_run: bool) -> None:
     """Run a dask scheduler shaped by the config (host or interface, protocol, TLS, timeouts, preloads)."""
-    from openclaw_dask.cluster.deploy import scheduler_command
+    from openclaw_dask.cluster.deploy import require_free_port, scheduler_command
 
-    _exec(scheduler_command(load_deploy_config(config_path, sets), port=port, scheduler_file=scheduler_file), dry_run)
+    config = load_deploy_config(config_path, sets)
+    cmd = scheduler_command(config, port=port, scheduler_file=scheduler_file)
+    if not dry_run:
+        require_free_port(config, int(cmd.argv[cmd.argv.index("--port") + 1]))
+    _exec(cmd, dry_run)
 
 
 @main.command()

@@ -30,7 +30,7 @@ from openclaw_dask.errors import ConfigError
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
 
-__all__ = ["DEFAULT_PORT", "Command", "scheduler_command", "worker_command"]
+__all__ = ["DEFAULT_PORT", "Command", "require_free_port", "scheduler_command", "worker_command"]
 
 DEFAULT_PORT = 8786
 _DEPLOYED = ProcessBackend()  # what the started processes are: workers under nannies, as the process backend's
@@ -131,8 +131,7 @@ def scheduler_command(config: Config, *, port: int | None = None, scheduler_file
     """
     _check(config)
     if port is None:
-        address = config.cluster.scheduler_address
-        port = int(address.rpartition(":")[2]) if address else DEFAULT_PORT
+        port = _port_of(config)
     bind, web = _bind(config)
     argv = [_dask_cli(), "scheduler", *bind, "--port", str(port), "--protocol", protocol(config, _DEPLOYED)]
     argv += ["--dashboard-address", http_address(config, web)]
@@ -140,6 +139,43 @@ def scheduler_command(config: Config, *, port: int | None = None, scheduler_file
     if scheduler_file:
         argv += ["--scheduler-file", scheduler_file]
     return _command(argv, _settings(config))
+
+
+def _port_of(config: Config) -> int:
+    """The port of ``cluster.scheduler_address`` (``tcp://HOST`` alone: 8786, as dask's own default)."""
+    address = config.cluster.scheduler_address
+    if not address:
+        return DEFAULT_PORT
+    _, sep, port = address.split("://", 1)[-1].rpartition(":")
+    if not sep or "]" in port:  # no port, or an IPv6 host alone ([::1])
+        return DEFAULT_PORT
+    if not port.isdigit() or int(port) > 65535:
+        raise ConfigError.at(config, "cluster.scheduler_address", f"has port {port!r}, not a number from 0 to 65535",
+                             hint="write it as tcp://HOST:PORT, e.g. tcp://127.0.0.1:8786, or pass --port")
+    return int(port)
+
+
+def require_free_port(config: Config, port: int) -> None:
+    """Refuse a scheduler port that is taken before ``dask scheduler`` starts (it would end in a 64-line traceback).
+
+    Raises
+    ------
+    ConfigError
+        Naming the host and port, and the fix.
+    """
+    import socket
+
+    if port == 0:
+        return
+    host = bind_host(config)
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as tornado does: a port in TIME_WAIT is free
+            probe.bind(where)
+    except OSError as e:
+        raise ConfigError(f"the scheduler cannot listen on {host}:{port}: {e.strerror or e} (another scheduler, "
+                          "or another program, has it)", hint="stop it, pass --port with a free port, or --port 0 for any") from None
 
 
 def worker_command(config: Config, address: str | None = None, *, scheduler_file: str | None = None) -> Command:

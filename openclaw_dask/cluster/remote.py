@@ -83,17 +83,24 @@ class RemoteBackend(Backend):
         address, timeout, want = config.cluster.scheduler_address, config.parallel.timeout, config.parallel.workers
         logger.info("connecting to %s (timeout %ss)", address, timeout)
         client = _connect(address, timeout, security_for(config))
+        running = RunningCluster(self, client)  # its watch sees the scheduler stop while we wait
         if want != "auto":
             try:
                 client.wait_for_workers(want, timeout=timeout)
             except TimeoutError:
                 have = len(client.scheduler_info(n_workers=-1)["workers"])
-                client.close()
+                running.close()
                 raise ClusterStartError(
                     f"only {have} of {want} workers joined {address} within {timeout:g}s; start more dask-worker "
                     "processes, or set parallel.workers=auto to use those present"
                 ) from None
-        return RunningCluster(self, client)
+            except BaseException as e:
+                lost = running.lost(0)
+                running.close()
+                if lost is None or not isinstance(e, Exception):
+                    raise
+                raise ClusterStartError(f"while waiting for {want} worker(s) to join: {lost}") from None
+        return running
 
     def worker_plugins(self, config: Config) -> list[Any]:
         """Also ``fusion_buffer_size`` on workers openclaw did not start (they read it from no config of ours)."""
