@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from openclaw_dask import arrays, display, parts
 from openclaw_dask.cluster import backend_for, check
+from openclaw_dask.cluster.stall import stall_watch
 from openclaw_dask.config import Config, load_config
 from openclaw_dask.elastic import Elastic, ResizeResult
 from openclaw_dask.errors import OpenclawError
@@ -161,7 +162,7 @@ class Session:
             from openclaw_dask.cluster.compute import compute
 
             kwargs.setdefault("retries", self.config.fault_tolerance.retries)
-            with parts.run_errors(self.config, self.running):
+            with parts.run_errors(self.config, self.running), stall_watch(self):  # stuck on paused workers: ends
                 results = compute(self.client, list(collections), **kwargs)
         return results[0] if len(collections) == 1 else results
 

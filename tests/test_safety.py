@@ -42,10 +42,12 @@ def test_array_sum_bigger_than_memory_is_refused_in_one_line():
 
 
 def test_process_workers_memory_limit_bounds_what_fits():
+    # What fits is what the workers take before they pause plus what they may spill (tests/test_hangs.py has more).
     r = CliRunner().invoke(main, ["run", "--size", "512MiB", "--set", "parallel.backend=process", "--set", "parallel.workers=2",
-                                  "--set", "cluster.memory_limit=200MiB"])
+                                  "--set", "cluster.memory_limit=200MiB", "--set", "cluster.max_spill=32MiB"])
     assert r.exit_code == 2, r.output
-    assert "512.00 MiB does not fit in memory: this session's 2 worker(s) hold 400.00 MiB, 80% of it usable (320.00 MiB)" in r.output
+    assert "512.00 MiB does not fit: this session's 2 worker(s) have 400.00 MiB of cluster.memory_limit, take " in r.output
+    assert "(cluster.max_spill: 16.00 MiB per worker)" in r.output
 
 
 # -- the spill folder and its bound ----------------------------------------------------------

@@ -96,6 +96,10 @@ class Capabilities:
         Its workers own GPUs: ``memory_pooling``, ``gpu_memory_fraction`` and ``rdma`` apply.
     pods
         Its scheduler and workers are Kubernetes pods: the ``kubernetes`` section applies.
+    local_memory
+        Its workers run on this machine and share its memory: their ``cluster.memory_limit``
+        together (:meth:`Backend.memory_workers` of them) must fit in it. ``False`` where the
+        memory is elsewhere (a remote scheduler's workers, pods, MPI ranks on other hosts).
     """
 
     owns_cluster: bool = True
@@ -110,6 +114,7 @@ class Capabilities:
     threaded: bool = False
     gpu: bool = False
     pods: bool = False
+    local_memory: bool = False
 
 
 class Backend:
@@ -185,6 +190,12 @@ class Backend:
     def start(self, config: Config) -> RunningCluster:
         """Start (or reach) the cluster and connect a client; call inside the session's dask config."""
         raise NotImplementedError
+
+    def memory_workers(self, config: Config) -> int:
+        """How many workers, each of ``cluster.memory_limit``, a session of ``config`` starts (pure)."""
+        from openclaw_dask.cluster.plugins import worker_processes
+
+        return worker_processes(config) if self.capabilities.worker_processes else 1
 
     def worker_plugins(self, config: Config) -> list[Any]:
         """The :class:`~distributed.diagnostics.plugin.WorkerPlugin` s every worker of a session gets."""

@@ -111,7 +111,8 @@ class CudaBackend(ProcessBackend):
     """``cuda``: a ``LocalCUDACluster`` on this machine's GPUs; arrays the session makes have CuPy chunks."""
 
     name = "cuda"
-    capabilities = Capabilities(prometheus=True, tls=True, gpu=True)  # one task thread per GPU: no omp_threads, hybrid
+    # one task thread per GPU: no omp_threads, hybrid
+    capabilities = Capabilities(prometheus=True, tls=True, gpu=True, local_memory=True)
     why_not = MappingProxyType({"resize": "backend cuda runs one worker per GPU: list the GPUs in gpu.devices instead"})
     requires = ("distributed", "dask_cuda", "cupy")
     extra = "cuda"
@@ -137,6 +138,9 @@ class CudaBackend(ProcessBackend):
         if plan.fraction > FRACTION_ADVISED:
             logger.warning("parallel.gpu_memory_fraction = %g is above the %g the guide advises per process: "
                            "little room is left for CUDA contexts and libraries", plan.fraction, FRACTION_ADVISED)
+
+    def memory_workers(self, config: Config) -> int:
+        return self.gpu_plan(config).workers  # one worker process per GPU
 
     def plan(self, config: Config) -> dict[str, Any]:
         """The ``LocalCUDACluster`` keyword arguments (nothing is started)."""

@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - older dask
     from concurrent.futures import ThreadPoolExecutor as _Executor
 
 from openclaw_dask.cluster.base import Backend, Capabilities, Engine, RunningCluster
-from openclaw_dask.cluster.network import bind_host, dashboard_address, http_address, http_host, protocol
+from openclaw_dask.cluster.network import bind_host, dashboard_address, http_address, http_host, protocol, require_http_port
 from openclaw_dask.cluster.plugins import BlasThreads, blas_threads, task_threads, worker_processes
 from openclaw_dask.cluster.security import security_for
 from openclaw_dask.errors import ClusterStartError, ConfigError
@@ -103,6 +103,8 @@ class LocalBackend(Backend):
 
         kwargs = self.plan(config)
         _warn_oversubscribed(kwargs["n_workers"] * max(kwargs["threads_per_worker"], blas_threads(config)))
+        http = kwargs["scheduler_kwargs"]["dashboard_address"]
+        require_http_port(config, http)  # a fixed port that is taken: one line, not another port
         logger.info("starting %s cluster: %s", self.name, kwargs)
         with contextlib.ExitStack() as undo:  # Ctrl-C while starting closes what started, here
             try:
@@ -110,6 +112,7 @@ class LocalBackend(Backend):
             except Exception as e:  # distributed raises many types for a failed start
                 raise ClusterStartError(f"could not start the {self.name} cluster ({type(e).__name__}: {e})") from e
             undo.callback(cluster.close)
+            require_http_port(config, http, cluster.scheduler)  # taken between the check and the start
             try:
                 # results come straight from the workers, which are on this machine, not relayed by the scheduler
                 client = Client(cluster, timeout=config.parallel.timeout, security=kwargs.get("security"), direct_to_workers=True)
@@ -251,7 +254,8 @@ class ThreadBackend(LocalBackend):
     """``thread``: ``workers`` threads in this process, on dask's threaded scheduler or one in-process worker."""
 
     name = "thread"
-    capabilities = Capabilities(in_process=True, prometheus=True, tls=True, socket_buffers=True, threaded=True)
+    capabilities = Capabilities(in_process=True, prometheus=True, tls=True, socket_buffers=True, threaded=True,
+                                local_memory=True)
     why_not = MappingProxyType({"resize": "runs in this one process (change parallel.workers instead)"})
     default_protocol = "inproc"
 
@@ -300,7 +304,8 @@ class ProcessBackend(LocalBackend):
     """``process``: ``workers`` worker processes under nannies, shaped by ``omp_threads`` and ``hybrid``."""
 
     name = "process"
-    capabilities = Capabilities(worker_processes=True, resize=True, adapt=True, prometheus=True, tls=True, socket_buffers=True)
+    capabilities = Capabilities(worker_processes=True, resize=True, adapt=True, prometheus=True, tls=True, socket_buffers=True,
+                                local_memory=True)
     task_overhead_s = 0.0027  # measured with 2 workers (benchmarks/task_overhead.py)
 
     def worker_plugins(self, config: Config) -> list[Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.config.checks import check_bind, is_loopback
 from openclaw_dask.errors import BackendUnavailable, ConfigError
@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from openclaw_dask.cluster.base import Backend
     from openclaw_dask.config import Config
 
-__all__ = ["bind_host", "dashboard_address", "http_address", "http_host", "interface_of", "interfaces", "protocol"]
+__all__ = ["bind_host", "dashboard_address", "http_address", "http_host", "interface_of", "interfaces", "protocol",
+           "require_http_port"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -101,3 +102,47 @@ def http_address(config: Config, host: str) -> str:
     The dashboard's address when it is on, else ``host`` on ``monitoring.port`` (0: a free port).
     """
     return dashboard_address(config, host) or f"{host}:{config.monitoring.port}"
+
+
+def _claimed_port(config: Config, address: str) -> tuple[str, str, int] | None:
+    """``(key, host, port)`` of the fixed port the scheduler's HTTP server is to bind at ``address``; ``None`` for port 0."""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit() or int(port) == 0:
+        return None
+    key = "cluster.dashboard" if isinstance(config.cluster.dashboard, str) else "monitoring.port"
+    return key, host.strip("[]") or "0.0.0.0", int(port)
+
+
+def require_http_port(config: Config, address: str, scheduler: Any = None) -> None:
+    """Refuse a fixed HTTP port (dashboard, ``/metrics``) that is taken: distributed would move to another one.
+
+    Before the cluster starts, the port is tried (as the scheduler's server binds it); with the
+    started ``scheduler``, the port it got is compared. A scrape of the configured port must never
+    reach another run's metrics, so neither is a warning.
+
+    Raises
+    ------
+    ConfigError
+        On ``cluster.dashboard`` or ``monitoring.port``, naming the port and the fix.
+    """
+    claim = _claimed_port(config, address)
+    if claim is None:
+        return
+    key, host, port = claim
+    if scheduler is not None:
+        got = getattr(getattr(scheduler, "http_server", None), "port", port)
+        if got == port:
+            return
+        why = f"was taken while the scheduler started (it moved to port {got})"
+    else:
+        try:
+            family, kind, proto, _, where = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as tornado does: a port in TIME_WAIT is free
+                probe.bind(where)
+            return
+        except OSError as e:
+            why = f"is in use on {host} ({e.strerror or e})"
+    raise ConfigError(f"port {port} for the scheduler's dashboard and /metrics {why}: a scrape of it would reach "
+                      "another program", key=key, value=config.get(key), source=config.sources.get(key, "default"),
+                      hint=f"stop what uses port {port}, choose another port, or set {key} to 0 for a free one")

@@ -34,6 +34,7 @@ def check_capabilities(backend: Backend, config: Config) -> None:
     _check_pods(backend, config)
     _check_services(backend, config)
     _check_comms(backend, config)
+    _check_memory(backend, config)
 
 
 def _check_shape(backend: Backend, config: Config) -> None:
@@ -103,3 +104,26 @@ def _check_comms(backend: Backend, config: Config) -> None:
     if p.communication == "inproc" or (p.communication == "auto" and backend.default_protocol == "inproc"):
         raise ConfigError.at(config, key, f"backend {name} talks inproc (no sockets)",
                              hint="set parallel.communication=tcp, or remove this key")
+
+
+def _check_memory(backend: Backend, config: Config) -> None:
+    """Refuse memory limits that together exceed this machine's memory, where the workers run on it.
+
+    distributed caps one worker's limit at the machine's memory but not their sum: two workers
+    of 100 GiB on a 24 GiB machine would each wait to pause at 80 GiB and be killed long before.
+    """
+    limit = config.cluster.memory_limit
+    if limit == "auto" or not backend.capabilities.local_memory:
+        return
+    import psutil
+    from dask.utils import format_bytes
+
+    workers, total = backend.memory_workers(config), psutil.virtual_memory().total
+    if workers * limit <= total:
+        return
+    fits = total // workers // 2**20 * 2**20  # whole MiB
+    key = "cluster.memory_limit"
+    raise ConfigError(f"{workers} worker(s) x {format_bytes(limit)} = {format_bytes(workers * limit)} is more than this "
+                      f"machine's {format_bytes(total)} of memory", key=key, value=format_bytes(limit),
+                      source=config.sources.get(key, "default"),
+                      hint=f"set {key} to at most {fits // 2**20}MiB, or auto (its memory / the workers), or fewer workers")

@@ -19,6 +19,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from openclaw_dask.cluster.stall import stall_watch
 from openclaw_dask.progress import track_persist
 from openclaw_dask.workloads.limits import implausible, throughput_limit
 from openclaw_dask.workloads.memory import require_memory
@@ -81,11 +82,11 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
     size = cfg.workload.size if size is None else size
     repeat = cfg.workload.repeat if repeat is None else repeat
     n = max(1, size // 8)
-    require_memory(session, n * 8)
-    before = session.recovery()
-    t_start = time.perf_counter()
     plan = session.chunk_plan((n,), "float64")
     chunks = _skewed(plan.chunks[0], cfg.workload.skew)
+    require_memory(session, n * 8, chunk=8 * max(chunks))
+    before = session.recovery()
+    t_start = time.perf_counter()
     x = _generated(session, n, chunks, progress)
     generate_s = time.perf_counter() - t_start
 
@@ -131,7 +132,8 @@ def _generated(session: Any, n: int, chunks: tuple[int, ...], progress: bool) ->
     x = session.array((n,), "float64", fill="arange", chunks=(chunks,))
     if straggler > 0:
         x = x.map_blocks(_straggle, straggler, len(chunks) // 2, dtype=x.dtype, name="openclaw-straggle")
-    return track_persist(session, x, "generating array", show=progress)
+    with stall_watch(session):  # workers paused at their memory limit, nothing moving: ends after parallel.timeout
+        return track_persist(session, x, "generating array", show=progress)
 
 
 def _timed_sums(session: Any, x: Any, repeat: int) -> tuple[float, list[float]]:

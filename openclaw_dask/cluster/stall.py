@@ -1,0 +1,152 @@
+"""End a distributed run that cannot proceed: workers paused at their memory limit, spill bound reached, nothing moving.
+
+A distributed worker whose process memory passes ``distributed.worker.memory.pause`` (80% of
+``cluster.memory_limit``) stops taking tasks until its memory drops. Spilling brings it down;
+but once ``cluster.max_spill`` is reached, distributed keeps the data in memory ("Spill file on
+disk reached capacity"), the worker stays paused, and a compute waiting on it waits for ever.
+
+:class:`StallWatch` polls the scheduler (``scheduler_info``, so it works for a remote scheduler
+too) from a thread while a run waits. A run is *stalled* while at least one worker is paused,
+no worker executes a task, and nothing changes on any worker (task states, data held or
+spilled, transfers). Once that has lasted ``parallel.timeout``, the watch cancels the futures
+the run waits for and the wait ends in one :class:`~openclaw_dask.errors.RunError` line naming
+the limit that stopped it (``cluster.memory_limit``, ``cluster.max_spill``) and the key to
+change. A long task, a worker paused for a moment, or a slow but moving run is never stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from typing import Any
+
+from openclaw_dask.errors import RunError
+
+__all__ = ["StallWatch", "stall_watch"]
+
+logger = logging.getLogger("openclaw_dask.cluster")
+
+
+def stall_watch(session: Any, futures: Any = None) -> contextlib.AbstractContextManager[Any]:
+    """A :class:`StallWatch` for a wait on ``session``'s client (nothing on a local engine).
+
+    Parameters
+    ----------
+    session
+        A started :class:`~openclaw_dask.Session`.
+    futures
+        The futures the wait is for; ``None``: those the client makes inside the block (all of
+        its futures if it makes none).
+    """
+    running = getattr(session, "running", None)
+    if running is None or running.client is None:
+        return contextlib.nullcontext()
+    import dask
+
+    memory = dask.config.get("distributed.worker.memory", {})
+    max_spill = None  # a cluster openclaw did not start spills as its owner set it
+    if session.backend.capabilities.owns_cluster and (memory.get("target") is not False or memory.get("spill") is not False):
+        max_spill = memory.get("max-spill") or None
+    return StallWatch(running.client, limit=session.config.parallel.timeout, max_spill=max_spill, futures=futures)
+
+
+class StallWatch:
+    """While the block runs, end its wait on ``client`` once the run has stalled for ``limit`` seconds.
+
+    A context manager. On a stall it cancels the futures the block waits for (their wait then
+    raises or ends) and leaving the block raises :class:`RunError` with :attr:`reason`.
+
+    Parameters
+    ----------
+    client
+        The :class:`distributed.Client` the block waits on.
+    limit
+        Seconds without progress, with a worker paused, before the run is ended (``parallel.timeout``).
+    max_spill
+        Bytes each worker may spill (``cluster.max_spill`` per worker), for the message; ``None``
+        when spilling is unbounded, off or not known.
+    futures
+        What to cancel; ``None``: the client's futures made inside the block (all, if none).
+    interval
+        Seconds between polls (default: a quarter of ``limit``, at most 1 s).
+    """
+
+    def __init__(self, client: Any, *, limit: float, max_spill: int | None = None, futures: Any = None,
+                 interval: float | None = None) -> None:
+        self.client, self.limit, self.max_spill, self.futures = client, float(limit), max_spill, futures
+        self.interval = interval if interval is not None else min(1.0, max(0.05, self.limit / 4))
+        self.reason: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._before: set[Any] = set()
+
+    def __enter__(self) -> StallWatch:
+        self._before = set(self.client.futures)
+        self._thread = threading.Thread(target=self._watch, name="openclaw-stall-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.reason is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise RunError(self.reason) from None
+
+    def _watch(self) -> None:
+        last: Any = None
+        since = time.monotonic()
+        while not self._stop.wait(self.interval):
+            try:
+                workers = self.client.scheduler_info(n_workers=-1)["workers"]
+            except Exception:  # noqa: BLE001  (the client is closing or lost: other parts report that)
+                return
+            now, state = time.monotonic(), _progress(workers)
+            paused = {a: w for a, w in workers.items() if w.get("status") == "paused"}
+            executing = any((w.get("metrics") or {}).get("task_counts", {}).get("executing") for w in workers.values())
+            if not paused or executing or state != last:
+                last, since = state, now
+                continue
+            if now - since >= self.limit:
+                self.reason = self._reason(paused, len(workers))
+                logger.debug("stalled: %s", self.reason)
+                self._cancel()
+                return
+
+    def _cancel(self) -> None:
+        from distributed import Future
+
+        futures = self.futures
+        if futures is None:
+            keys = [k for k in list(self.client.futures) if k not in self._before] or list(self.client.futures)
+            futures = [Future(k, self.client) for k in keys]
+        with contextlib.suppress(Exception):  # a client closing meanwhile ends the wait itself
+            self.client.cancel(futures, reason="stalled", msg=self.reason)
+
+    def _reason(self, paused: dict[str, dict[str, Any]], n: int) -> str:
+        from dask.utils import format_bytes as fb
+
+        address = max(paused, key=lambda a: (paused[a].get("metrics") or {}).get("memory", 0))
+        w = paused[address]
+        m = w.get("metrics") or {}
+        held, disk = m.get("managed_bytes", 0), (m.get("spilled_bytes") or {}).get("disk", 0)
+        where = (f"{len(paused)} of {n} worker(s) paused at their memory limit ({address}: process "
+                 f"{fb(m.get('memory', 0))} of cluster.memory_limit {fb(w.get('memory_limit') or 0)}, data {fb(held)}")
+        if self.max_spill and held:
+            return (f"the run made no progress for {self.limit:g} s: {where}, {fb(disk)} spilled, and cluster.max_spill "
+                    f"({fb(self.max_spill)} per worker) lets no more data go to disk); raise cluster.max_spill or "
+                    "cluster.memory_limit, or give the run less data or more workers (parallel.timeout bounds this wait)")
+        return (f"the run made no progress for {self.limit:g} s: {where}); raise cluster.memory_limit, or give the run "
+                "less data or more workers (parallel.timeout bounds this wait)")
+
+
+def _progress(workers: dict[str, dict[str, Any]]) -> tuple[Any, ...]:
+    """What changes on the workers while a run moves (not their process memory, which drifts)."""
+    out = []
+    for address, w in sorted(workers.items()):
+        m = w.get("metrics") or {}
+        out.append((address, w.get("status"), tuple(sorted((m.get("task_counts") or {}).items())), m.get("managed_bytes"),
+                    (m.get("spilled_bytes") or {}).get("disk"), (m.get("transfer") or {}).get("incoming_count_total")))
+    return tuple(out)
