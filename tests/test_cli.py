@@ -294,3 +294,9 @@ def test_a_write_that_fails_leaves_no_partial_file(command, existing, tmp_path, 
     after = sorted(p.name for p in path.parent.iterdir()) + (sorted(p.name for p in path.iterdir()) if path.is_dir() else [])
     assert after == before  # nothing half-written, no temporary file left
     assert (target.read_text() == "mine\n") if existing else not target.exists()
+
+
+def test_profile_refuses_one_path_for_both_html_and_apply_fix(tmp_path):
+    r = CliRunner().invoke(main, ["profile", *_QUICK, "--html", "same.out", "--apply-fix", str(tmp_path / "same.out")])
+    _refused(r, "--html and --apply-fix both name same.out")
+    assert list(tmp_path.iterdir()) == []
