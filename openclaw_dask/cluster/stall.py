@@ -1,4 +1,4 @@
-"""End a distributed run that cannot proceed: workers paused at their memory limit, spill bound reached, nothing moving.
+"""End a distributed run that cannot proceed: workers paused near their memory limit, spill bound reached, nothing moving.
 
 A distributed worker whose process memory passes ``distributed.worker.memory.pause`` (80% of
 ``cluster.memory_limit``) stops taking tasks until its memory drops. Spilling brings it down;
@@ -132,7 +132,7 @@ class StallWatch:
         w = paused[address]
         m = w.get("metrics") or {}
         held, disk = m.get("managed_bytes", 0), (m.get("spilled_bytes") or {}).get("disk", 0)
-        where = (f"{len(paused)} of {n} worker(s) paused at their memory limit ({address}: process "
+        where = (f"{len(paused)} of {n} worker(s) paused near their memory limit ({address}: process "
                  f"{fb(m.get('memory', 0))} of cluster.memory_limit {fb(w.get('memory_limit') or 0)}, data {fb(held)}")
         if self.max_spill and held:
             return (f"the run made no progress for {self.limit:g} s: {where}, {fb(disk)} spilled, and cluster.max_spill "
