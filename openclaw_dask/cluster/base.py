@@ -21,7 +21,7 @@ import contextlib
 import importlib.util
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -303,6 +303,10 @@ class RunningCluster:
                 self.local["pool"].shutdown(wait=False, cancel_futures=True)
             self.closed = True
             return
+        with _signals_deferred():
+            self._close_client_and_cluster()
+
+    def _close_client_and_cluster(self) -> None:
         gone = self.lost(0) is not None
         self.closed = True
         if self.comm is not None:
@@ -332,6 +336,27 @@ class RunningCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Ctrl-C or SIGTERM while the cluster closes takes effect once it has closed.
+
+    Raised half way, the interrupt would leave the nannies and worker processes to distributed's
+    exit hooks: seconds more, "Failed to remove" errors and tracebacks. The signals stay pending
+    while blocked, and the handler runs as soon as the close is done.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 class SchedulerComm:

@@ -5,7 +5,9 @@ these filters distributed adds its bookkeeping of that same stop: each task a wo
 running when it closed (``Async instruction ... ended with CancelledError``, which distributed
 itself says "should exclusively happen in Worker.close()") and every wait of a gather that the
 stop cut short (``Task exception was never retrieved ... AllExit``, distributed's internal
-signal for "stop waiting"). Nothing else is filtered.
+signal for "stop waiting"), and a worker's heartbeat that met its scheduler closing. Installed
+in openclaw's own worker processes (their scheduler is in the session's process) and in the
+session's process. Nothing else is filtered.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ class _TeardownNoise(logging.Filter):
         if record.name == "distributed.worker.state_machine":
             message = str(record.msg)
             return not (message.startswith("Async instruction for") and message.endswith("ended with CancelledError"))
+        if record.name == "distributed.worker":  # a heartbeat in flight as the scheduler closes (its process is ours)
+            return not str(record.msg).startswith("Failed to communicate with scheduler during heartbeat")
         exc = record.exc_info[1] if record.exc_info else None
         return type(exc).__name__ != "AllExit" or type(exc).__module__ != "distributed.client"
 
@@ -31,7 +35,7 @@ _FILTER = _TeardownNoise("openclaw-teardown")
 
 def install() -> None:
     """Put the filter on the two loggers it reads, once per process."""
-    for name in ("distributed.worker.state_machine", "asyncio"):
+    for name in ("distributed.worker.state_machine", "distributed.worker", "asyncio"):
         log = logging.getLogger(name)
         if _FILTER not in log.filters:
             log.addFilter(_FILTER)
