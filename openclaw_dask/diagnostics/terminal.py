@@ -50,7 +50,7 @@ def print_run_summary(r: Any) -> None:
     if not hasattr(r, "gbps"):
         return _print_kernel_summary(r)
     table = _summary_table(f"openclaw run {r.workload}")
-    table.add_row("check", f"{_verdict(r.ok)}: {r.result:.17g} (expected {r.expected:.17g})")
+    table.add_row("check", f"{_verdict(r.ok)}: {r.result:.17g} (expected {r.expected:.17g}); {r.check}")
     if r.invalid:
         table.add_row("throughput", f"[red]INVALID[/]: {r.invalid}")
     else:

@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from openclaw_dask.workloads import accuracy
 from openclaw_dask.workloads.prepared import Prepared
 
-__all__ = ["FEATURES", "linear_model", "model_parallel_matmul"]
+__all__ = ["FEATURES", "linear_model", "mlp_bound", "model_parallel_matmul"]
 
 FEATURES = 64  # columns of the linear model's X
 
@@ -57,7 +58,10 @@ def linear_model(s: Any, size: int) -> Prepared:
         w = s.compute(solve(x, y))
         return [("known answer", f"max |w - w_true| = {np.max(np.abs(w - w_true)):.2g} over {d} weights")]
 
-    return Prepared(solve, numpy_solve, (x, y), x.nbytes, 2.0 * n * d * d, rtol=1e-6, details=details)
+    def verdict(w: np.ndarray, reference: np.ndarray, x: np.ndarray, y: np.ndarray) -> accuracy.Verdict:
+        return accuracy.normal_equations(x, y, w)  # a residual check: holds whatever the condition number
+
+    return Prepared(solve, numpy_solve, (x, y), x.nbytes, 2.0 * n * d * d, verdict=verdict, details=details)
 
 
 def model_parallel_matmul(s: Any, size: int) -> Prepared:
@@ -82,4 +86,16 @@ def model_parallel_matmul(s: Any, size: int) -> Prepared:
     def numpy_mlp(x: np.ndarray, w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
         return np.maximum(x @ w1, 0.0) @ w2
 
-    return Prepared(mlp, numpy_mlp, (x, w1, w2), 4 * x.nbytes, 4.0 * side**3)
+    return Prepared(mlp, numpy_mlp, (x, w1, w2), 4 * x.nbytes, 4.0 * side**3, accuracy=mlp_bound)
+
+
+def mlp_bound(x: np.ndarray, w1: np.ndarray, w2: np.ndarray) -> accuracy.Bound:
+    """``relu(X W1) W2``, in any order: within ``gamma(k1 + k2) (|X||W1|)|W2|`` of exact.
+
+    ``H = X W1`` is within ``gamma(k1) |X||W1|``; relu moves no value further apart; the second
+    product adds ``gamma(k2) |relu(H)||W2| <= gamma(k2) (1 + gamma(k1)) (|X||W1|)|W2|``, and
+    ``gamma(a) + gamma(b) + gamma(a) gamma(b) <= gamma(a + b)`` (Higham, Lemma 3.3). Splitting the
+    hidden units (strategy ``model``) sums partial outputs in another order: the same bound.
+    """
+    k = x.shape[1] + w1.shape[1]
+    return accuracy.rounding(accuracy.abs_matmul(accuracy.abs_matmul(x, w1), w2), k, f"2γ_k·|X||W1||W2|, k={k}")

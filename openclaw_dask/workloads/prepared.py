@@ -15,9 +15,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
 from openclaw_dask.progress import aside
+from openclaw_dask.workloads.accuracy import Bound, Verdict, compare
 
 __all__ = ["Prepared", "WorkloadResult", "run_kernel"]
 
@@ -26,9 +25,12 @@ __all__ = ["Prepared", "WorkloadResult", "run_kernel"]
 class Prepared:
     """One kernel ready to run: ``build(*inputs)`` for Dask, ``numpy(*arrays)`` for the reference.
 
-    ``run(progress)``, when given, replaces computing ``build(*inputs)`` (a stream that is not
-    one graph); ``details()`` gives summary rows after a run; ``close()`` frees what the
-    kernel made (files), once it is done.
+    ``accuracy(*arrays)`` is the kernel's declared error bound
+    (:class:`~openclaw_dask.workloads.accuracy.Bound`, from host copies of the inputs): how far
+    its answer may be from NumPy's on any CPU and BLAS; a kernel whose check is not a plain
+    comparison gives ``verdict(result, reference, *arrays)`` instead. ``run(progress)``, when
+    given, replaces computing ``build(*inputs)`` (a stream that is not one graph); ``details()``
+    gives summary rows after a run; ``close()`` frees what the kernel made (files), once it is done.
     """
 
     build: Callable[..., Any]
@@ -36,10 +38,12 @@ class Prepared:
     inputs: tuple[Any, ...]
     nbytes: int  # bytes the kernel reads (and writes), for GB/s
     flops: float = 0.0
-    rtol: float = 1e-9
+    accuracy: Callable[..., Bound] | None = None
+    verdict: Callable[..., Verdict] | None = None
     run: Callable[[bool], Any] | None = None
     details: Callable[[], list[tuple[str, str]]] = field(default=list)
     close: Callable[[], None] = field(default=lambda: None)
+    _host: tuple[Any, ...] | None = field(default=None, repr=False)  # the inputs on the host, once fetched
 
     def execute(self, session: Any, *, progress: bool = False) -> Any:
         """Run the kernel once in ``session`` and return its result."""
@@ -62,7 +66,7 @@ class Prepared:
         and the seconds of each of ``runs`` runs."""
         from threadpoolctl import threadpool_limits
 
-        arrays = [session.to_numpy(x) for x in self.inputs]
+        arrays = self.host_inputs(session)
         answer, times = None, []
         with threadpool_limits(limits=1):
             for _ in range(runs):
@@ -71,9 +75,24 @@ class Prepared:
                 times.append(time.perf_counter() - t0)
         return answer, times
 
+    def host_inputs(self, session: Any) -> tuple[Any, ...]:
+        """The inputs as NumPy arrays (fetched once, for the reference and the bound)."""
+        if self._host is None:
+            self._host = tuple(session.to_numpy(x) for x in self.inputs)
+        return self._host
+
+    def check(self, session: Any, result: Any, reference: Any) -> Verdict:
+        """``result`` (brought to the host: CuPy on backend cuda) against ``reference``, within the kernel's bound."""
+        result, arrays = session.to_numpy(result), self.host_inputs(session)
+        if self.verdict is not None:
+            return self.verdict(result, reference, *arrays)
+        if self.accuracy is None:
+            raise TypeError("a kernel must declare its error bound: Prepared(accuracy=...) or Prepared(verdict=...)")
+        return compare(result, reference, self.accuracy(*arrays))
+
     def matches(self, session: Any, result: Any, reference: Any) -> bool:
-        """``result`` (brought to the host: CuPy on backend cuda) equals ``reference`` within ``rtol``."""
-        return bool(np.allclose(session.to_numpy(result), np.asarray(reference), rtol=self.rtol, atol=0))
+        """Whether :meth:`check` passes."""
+        return self.check(session, result, reference).ok
 
 
 @dataclass(frozen=True)
@@ -82,7 +101,7 @@ class WorkloadResult:
 
     workload: str
     ok: bool
-    check: str  # how the answer was checked, e.g. "equal to NumPy (rtol 1e-09)"
+    check: str  # how the answer was checked, e.g. "within 2.1e-13 of NumPy's answer; bound 4.4e-12 (2γ_k·|A||B|, k=512)"
     wall_s: float
     run_s: float  # median of the timed runs
     run_s_all: tuple[float, ...]
@@ -135,14 +154,13 @@ def run_kernel(name: str, session: Any, *, size: int | None = None, repeat: int 
         result, times = prepared.timed(session, repeat, progress=progress)
         with aside("checking the answer against NumPy"):
             reference, (numpy_s,) = prepared.reference(session)
-            ok = prepared.matches(session, result, reference)
+            verdict = prepared.check(session, result, reference)
         rows = tuple(prepared.details())
     finally:
         prepared.close()
     recovery = session.recovery().since(before)
-    verdict = "equal to" if ok else "DIFFERENT from"
     return WorkloadResult(
-        workload=name, ok=ok, check=f"{verdict} NumPy's answer (rtol {prepared.rtol:g})",
+        workload=name, ok=verdict.ok, check=verdict.text(),
         wall_s=time.perf_counter() - t_start, run_s=statistics.median(times), run_s_all=tuple(times), numpy_s=numpy_s,
         size_bytes=prepared.nbytes, chunks=_chunks_text(prepared.inputs),
         backend=session.backend.name, engine=str(session.engine), strategy=cfg.parallel.strategy,

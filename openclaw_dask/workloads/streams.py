@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 
 from openclaw_dask.errors import ConfigError
+from openclaw_dask.workloads import accuracy
 from openclaw_dask.workloads.prepared import Prepared
 
-__all__ = ["io_pipeline", "pipeline", "write_array"]
+__all__ = ["io_bound", "io_pipeline", "pipeline", "pipeline_bound", "write_array"]
 
 SIDE = 128  # a sample is SIDE x SIDE float64
 SAMPLE_BYTES = SIDE * SIDE * 8
@@ -61,6 +62,30 @@ def _numpy_pipeline(n: int) -> np.ndarray:
     return total
 
 
+def pipeline_bound(n: int) -> accuracy.Bound:
+    """How far two sums of ``n`` samples through :data:`STAGES` may be apart, per output column.
+
+    Standardising ``x`` (``S^2`` elements a sample) gives ``z`` within ``e_z (1 + |z|)``, with
+    ``e_z = gamma(S^2 + 6) max(1, mean|x| / std)``: the mean is a sum of ``S^2`` terms; the std's
+    relative error is that of a sum of squares (the mean's error only moves it to second order).
+    ``z @ W`` adds ``gamma(S) |z||W|``; ``tanh`` moves no value further apart and adds its ULPs;
+    the sum over all ``N = n S`` rows, in any batching, adds ``gamma(N) sum|tanh|`` (Higham,
+    Lemma 3.1, (3.13), (4.4)). The terms' magnitudes are recomputed here, sample by sample.
+    """
+    spread, a_terms, t_terms = 1.0, np.zeros(SIDE), np.zeros(SIDE)
+    for start in range(0, n, REFERENCE_BATCH):
+        x = load(list(range(start, min(n, start + REFERENCE_BATCH))))
+        spread = max(spread, float(np.max(np.abs(x).mean(axis=(1, 2)) / x.std(axis=(1, 2)))))
+        z = np.abs(preprocess(x))
+        a_terms += ((1.0 + z) @ np.abs(_WEIGHTS)).sum(axis=(0, 1))
+        t_terms += np.abs(compute(preprocess(x))).sum(axis=(0, 1))
+    e_z = accuracy.gamma(SIDE * SIDE + 6) * spread
+    rows = n * SIDE
+    allowed = 2 * ((e_z + accuracy.gamma(SIDE)) * a_terms + (accuracy.LIBM_ULPS * accuracy.EPS + accuracy.gamma(rows)) * t_terms)
+    allowed *= 1 + accuracy.gamma(rows + 4)
+    return accuracy.Bound(allowed, a_terms + t_terms, f"2(e_z+γ_S)Σ(1+|z|)|W| + 2γ_N·Σ|tanh|, N={rows}")
+
+
 def pipeline(s: Any, size: int) -> Prepared:
     from openclaw_dask.dataflow import pipeline as stream
 
@@ -83,7 +108,7 @@ def pipeline(s: Any, size: int) -> Prepared:
         return rows
 
     return Prepared(lambda: None, lambda: _numpy_pipeline(n), (), n * SAMPLE_BYTES, 4.0 * n * SIDE**3,
-                    rtol=1e-9, run=run, details=details)
+                    accuracy=lambda: pipeline_bound(n), run=run, details=details)
 
 
 def write_array(path: Path, fmt: str, shape: tuple[int, int], rows_per_write: int) -> Path:
@@ -157,8 +182,17 @@ def io_pipeline(s: Any, size: int) -> Prepared:
                 ("async_io", "reads on I/O threads, ahead of compute" if cfg.parallel.async_io else "off: each task reads its chunk"),
                 ("closed form", f"sum(2x + sin^2 x + cos^2 x) = n(n-1) + n = {expected:.17g}")]
 
-    return Prepared(lambda: _graph(x), numpy_reference, (), 8 * n, 8.0 * n, rtol=1e-9, details=details,
+    return Prepared(lambda: _graph(x), numpy_reference, (), 8 * n, 8.0 * n, accuracy=lambda: io_bound(n), details=details,
                     close=lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+def io_bound(n: int) -> accuracy.Bound:
+    """``sum(2x + sin^2 x + cos^2 x)`` over ``x = 0 .. n-1``, in any chunking: terms of magnitude at most ``2|x| + 2``.
+
+    Each term takes two roundings and the squares of two library calls (``2 LIBM_ULPS + 1`` ULPs each);
+    the sum of the chunks' partial sums adds ``n - 1`` roundings (Higham, (4.4)).
+    """
+    return accuracy.sum_of(float(n) * (n - 1) + 2.0 * n, n, ops=2, ulps=2 * accuracy.LIBM_ULPS + 1)
 
 
 def _partial(block: np.ndarray) -> np.ndarray:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from openclaw_dask.dataflow import fusion
-from openclaw_dask.workloads import models, streams
+from openclaw_dask.workloads import accuracy, models, streams
 from openclaw_dask.workloads.prepared import Prepared
 
 __all__ = ["KERNELS", "SUITES", "Prepared"]
@@ -26,19 +26,29 @@ def _matrix(s: Any, size: int, fill: str = "random", seed: int = 0) -> Any:
 
 def array_sum(s: Any, size: int) -> Prepared:
     x = _vector(s, size)
-    return Prepared(lambda x: x.sum(), np.sum, (x,), x.nbytes)
+    return Prepared(lambda x: x.sum(), np.sum, (x,), x.nbytes, accuracy=_total)
+
+
+def _total(a: np.ndarray) -> accuracy.Bound:
+    return accuracy.sum_of(np.abs(a).sum(), a.size)
 
 
 def elementwise(s: Any, size: int) -> Prepared:
     x = _vector(s, size, "random")
-    return Prepared(lambda x: (np.sin(x) * 2.0 + x).sum(), lambda a: (np.sin(a) * 2.0 + a).sum(), (x,), x.nbytes, 3.0 * x.size)
+    return Prepared(lambda x: (np.sin(x) * 2.0 + x).sum(), lambda a: (np.sin(a) * 2.0 + a).sum(), (x,), x.nbytes, 3.0 * x.size,
+                    accuracy=_sin_terms)
+
+
+def _sin_terms(a: np.ndarray) -> accuracy.Bound:
+    """Each term ``2 sin(a) + a``: sin's ULPs, one rounding for the sum (times 2 is exact), then the sum."""
+    return accuracy.sum_of((2 * np.abs(np.sin(a)) + np.abs(a)).sum(), a.size, ops=1, ulps=accuracy.LIBM_ULPS)
 
 
 def matmul(s: Any, size: int) -> Prepared:
     # compute grows as size**1.5: an eighth of the suite size per matrix keeps it in step with the rest
     a, b = _matrix(s, size // 8, seed=1), _matrix(s, size // 8, seed=2)
     n = a.shape[0]
-    return Prepared(lambda a, b: a @ b, np.matmul, (a, b), 3 * a.nbytes, 2.0 * n**3)
+    return Prepared(lambda a, b: a @ b, np.matmul, (a, b), 3 * a.nbytes, 2.0 * n**3, accuracy=accuracy.matmul)
 
 
 def tree_reduction(s: Any, size: int) -> Prepared:
@@ -50,7 +60,10 @@ def tree_reduction(s: Any, size: int) -> Prepared:
             return (x * x).sum(split_every=4)
         return fusion.reduce(s, x * x, "sum")
 
-    return Prepared(tree, lambda a: (a * a).sum(), (x,), x.nbytes, 2.0 * x.size)
+    def squares(a: np.ndarray) -> accuracy.Bound:  # one rounding per square, then the sum
+        return accuracy.sum_of((a * a).sum(), a.size, ops=1)
+
+    return Prepared(tree, lambda a: (a * a).sum(), (x,), x.nbytes, 2.0 * x.size, accuracy=squares)
 
 
 def stencil(s: Any, size: int) -> Prepared:
@@ -68,7 +81,10 @@ def stencil(s: Any, size: int) -> Prepared:
     def numpy_stencil(a: np.ndarray) -> np.ndarray:
         return smooth(np.pad(a, 1, mode="edge"))
 
-    return Prepared(dask_stencil, numpy_stencil, (x,), 2 * x.nbytes, 6.0 * x.size)
+    def terms(a: np.ndarray) -> accuracy.Bound:  # four additions (times 4 and / 8 are exact) of these terms
+        return accuracy.elementwise(numpy_stencil(np.abs(a)), 4)
+
+    return Prepared(dask_stencil, numpy_stencil, (x,), 2 * x.nbytes, 6.0 * x.size, accuracy=terms)
 
 
 def rechunk_transpose(s: Any, size: int) -> Prepared:
@@ -78,7 +94,11 @@ def rechunk_transpose(s: Any, size: int) -> Prepared:
         # and time no all-to-all at all: every configuration moves at least two blocks.
         x = s.persist(x.rechunk({0: math.ceil(x.shape[0] / 2)}))
     # an all-to-all: row blocks become column blocks of the transpose
-    return Prepared(lambda x: x.T.rechunk({0: x.chunks[0][0], 1: -1}).sum(axis=1), lambda a: a.T.sum(axis=1), (x,), 2 * x.nbytes)
+    def column_sums(a: np.ndarray) -> accuracy.Bound:
+        return accuracy.sum_of(np.abs(a).sum(axis=0), a.shape[0])
+
+    return Prepared(lambda x: x.T.rechunk({0: x.chunks[0][0], 1: -1}).sum(axis=1), lambda a: a.T.sum(axis=1), (x,),
+                    2 * x.nbytes, accuracy=column_sums)
 
 
 def tiny_tasks(s: Any, size: int) -> Prepared:
@@ -90,7 +110,7 @@ def tiny_tasks(s: Any, size: int) -> Prepared:
     def build() -> Any:
         return dask.delayed(sum)([dask.delayed(_inc)(i) for i in range(n)])
 
-    return Prepared(build, lambda: sum(_inc(i) for i in range(n)), (), 0)
+    return Prepared(build, lambda: sum(_inc(i) for i in range(n)), (), 0, accuracy=accuracy.exact)
 
 
 def _inc(i: int) -> int:
