@@ -122,13 +122,13 @@ class _BoundedComposer(Composer):
             self._refuse(f"nested more than {MAX_DEPTH} levels deep (aliases included)", mark)
 
     def _measure(self, node: Any) -> None:
-        children: list[Any] = []
-        if isinstance(node, yaml.SequenceNode):
-            children = node.value
-        elif isinstance(node, yaml.MappingNode):
-            children = [n for pair in node.value for n in pair]
-        sizes = [self._measured[id(c)] for c in children]
-        self._measured[id(node)] = (1 + sum(n for n, _ in sizes), 1 + max((h for _, h in sizes), default=0))
+        measured = self._measured
+        if isinstance(node, yaml.ScalarNode):
+            measured[id(node)] = (1, 1)
+            return
+        children = node.value if isinstance(node, yaml.SequenceNode) else [n for pair in node.value for n in pair]
+        sizes = [measured[id(c)] for c in children]
+        measured[id(node)] = (1 + sum(n for n, _ in sizes), 1 + max((h for _, h in sizes), default=0))
 
 
 if getattr(yaml, "__with_libyaml__", False):  # libyaml's parser (C, ~5x faster) under the bounded composer
