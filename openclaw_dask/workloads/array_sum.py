@@ -22,7 +22,7 @@ from typing import Any
 from openclaw_dask.cluster.stall import stall_watch
 from openclaw_dask.progress import track_persist
 from openclaw_dask.workloads import accuracy
-from openclaw_dask.workloads.limits import implausible, throughput_limit
+from openclaw_dask.workloads.limits import judged, throughput_limit
 from openclaw_dask.workloads.memory import require_memory
 
 __all__ = ["ArraySumResult", "run"]
@@ -95,8 +95,8 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
     total, times = _timed_sums(session, x, repeat)
     del x  # release worker memory before reporting
     wall_s, expected, sum_s = time.perf_counter() - t_start, n * (n - 1) / 2, statistics.median(times)
-    gbps, limit = n * 8 / sum_s / 1e9, throughput_limit(session, n * 8)
-    workers, recovery, invalid = session.workers(), session.recovery().since(before), implausible(gbps, limit)
+    gbps, limit, invalid = _judged_gbps(session, n * 8, sum_s)
+    workers, recovery = session.workers(), session.recovery().since(before)
     # arange(n): n terms of total magnitude n(n-1)/2, summed in any order (workloads.accuracy)
     verdict = accuracy.compare(total, expected, accuracy.sum_of(expected, n), what="of n(n-1)/2")
     if invalid is None:  # Prometheus shows results only
@@ -129,6 +129,12 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
         failures_recovered=recovery.failures_recovered,
     )
 
+
+
+def _judged_gbps(session: Any, nbytes: int, seconds: float) -> tuple[float, float, str | None]:
+    """GB/s of reading ``nbytes`` in ``seconds``, the memory bandwidth it is held to, and why it cannot be real (or None)."""
+    gbps = nbytes / seconds / 1e9
+    return (gbps, *judged(gbps, throughput_limit(session, nbytes), lambda: throughput_limit(session, nbytes)))
 
 
 def _generated(session: Any, n: int, chunks: tuple[int, ...], progress: bool) -> Any:
