@@ -128,10 +128,10 @@ def abs_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     top_a, top_b = (float(np.max(m, initial=0.0)) for m in (a, b))
     if not 0 < g32 < 0.005 or not (0 < top_a < math.inf and 0 < top_b < math.inf):
         return a @ b
-    sa, sb = 2.0 ** math.ceil(math.log2(top_a)), 2.0 ** math.ceil(math.log2(top_b))
-    m = ((a / sa).astype(np.float32) @ (b / sb).astype(np.float32)).astype(np.float64)
+    ea, eb = math.frexp(top_a)[1], math.frexp(top_b)[1]  # top <= 2**e
+    m = (np.ldexp(a, -ea).astype(np.float32) @ np.ldexp(b, -eb).astype(np.float32)).astype(np.float64)
     with np.errstate(over="ignore"):
-        return (m * (1 + 2 * g32) + 2 * k * 2.0**-126) * sa * sb
+        return np.ldexp(m * (1 + 2 * g32) + 2 * k * 2.0**-126, ea + eb)
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> Bound:
