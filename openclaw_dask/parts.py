@@ -33,7 +33,11 @@ if TYPE_CHECKING:
     from openclaw_dask.config import Config
     from openclaw_dask.monitoring import RunMetrics
 
-__all__ = ["build", "run_errors", "watch"]
+__all__ = ["Terminated", "build", "run_errors", "watch"]
+
+
+class Terminated(SystemExit):
+    """SIGTERM arrived: the session unwinds as for Ctrl-C and the process exits with 128 + 15."""
 
 
 def build(stack: contextlib.ExitStack, process: contextlib.ExitStack, config: Config, backend: Backend,
@@ -122,7 +126,7 @@ def _terminate_unwinds() -> Iterator[None]:
         return
 
     def terminate(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
+        raise Terminated(128 + signum)
 
     signal.signal(signal.SIGTERM, terminate)
     try:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from openclaw_dask.errors import ConfigError, OpenclawError, RunError
+from openclaw_dask.parts import Terminated
 from openclaw_dask.session import Session, activated
 
 __all__ = ["run_file", "run_script", "run_workload"]
@@ -73,6 +74,8 @@ def run_script(session: Any, path: str | Path, args: tuple[str, ...] = ()) -> in
     try:
         with activated(session):
             exec(code, namespace)
+    except Terminated:  # the session's SIGTERM, not the script's own exit: the command reports it
+        raise
     except SystemExit as e:
         if e.code is None or isinstance(e.code, int):
             return e.code or 0

@@ -139,7 +139,8 @@ class Session:
 
     def workers(self) -> dict[str, dict[str, Any]]:
         """Scheduler information about each worker (empty on a local dask scheduler)."""
-        return {} if self._client is None else self._client.scheduler_info(n_workers=-1)["workers"]
+        # a client that lost its scheduler knows no workers ({}); the next compute says why in one line
+        return {} if self._client is None else self._client.scheduler_info(n_workers=-1).get("workers", {})
 
     @property
     def slots(self) -> int:

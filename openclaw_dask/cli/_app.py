@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from openclaw_dask.errors import BackendUnavailable, ConfigError, RunError
+from openclaw_dask.parts import Terminated
 
 __all__ = ["config_option", "fail", "force_option", "friendly", "load", "main", "overrides", "resolve_target", "set_option", "target_options",
            "writable_parent"]
@@ -77,6 +78,8 @@ def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(e), 1)
         except KeyboardInterrupt:
             fail("interrupted", 130)
+        except Terminated as e:
+            fail("terminated (SIGTERM)", e.code)
 
     return wrapper
 
