@@ -138,8 +138,7 @@ class Session:
         return None if self.running is None else self.running.cluster
 
     def workers(self) -> dict[str, dict[str, Any]]:
-        """Scheduler information about each worker (empty on a local dask scheduler)."""
-        # a client that lost its scheduler knows no workers ({}); the next compute says why in one line
+        """Scheduler information about each worker (empty on a local dask scheduler, or once the scheduler is lost)."""
         return {} if self._client is None else self._client.scheduler_info(n_workers=-1).get("workers", {})
 
     @property
