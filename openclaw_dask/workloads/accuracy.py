@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "EPS", "LIBM_ULPS", "U", "Bound", "Verdict", "abs_matmul", "compare", "elementwise", "exact", "gamma",
+    "Bound", "EPS", "LIBM_ULPS", "U", "Verdict", "abs_matmul", "compare", "elementwise", "exact", "gamma",
     "matmul", "normal_equations", "rounding", "sum_of",
 ]
 
