@@ -20,11 +20,15 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.errors import RunError
 
-__all__ = ["StallWatch", "stall_watch"]
+if TYPE_CHECKING:
+    from openclaw_dask.cluster.base import RunningCluster
+    from openclaw_dask.config import Config
+
+__all__ = ["StallWatch", "stall_watch", "watch_running"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -41,15 +45,20 @@ def stall_watch(session: Any, futures: Any = None) -> contextlib.AbstractContext
         its futures if it makes none).
     """
     running = getattr(session, "running", None)
-    if running is None or running.client is None:
+    return contextlib.nullcontext() if running is None else watch_running(running, session.config, futures)
+
+
+def watch_running(running: RunningCluster, config: Config, futures: Any = None) -> contextlib.AbstractContextManager[Any]:
+    """:func:`stall_watch` from a session's parts: its running cluster and config (nothing without a client)."""
+    if running.client is None:
         return contextlib.nullcontext()
     import dask
 
     memory = dask.config.get("distributed.worker.memory", {})
     max_spill = None  # a cluster openclaw did not start spills as its owner set it
-    if session.backend.capabilities.owns_cluster and (memory.get("target") is not False or memory.get("spill") is not False):
+    if running.backend.capabilities.owns_cluster and (memory.get("target") is not False or memory.get("spill") is not False):
         max_spill = memory.get("max-spill") or None
-    return StallWatch(running.client, limit=session.config.parallel.timeout, max_spill=max_spill, futures=futures)
+    return StallWatch(running.client, limit=config.parallel.timeout, max_spill=max_spill, futures=futures)
 
 
 class StallWatch:
@@ -83,7 +92,8 @@ class StallWatch:
         self._before: set[Any] = set()
 
     def __enter__(self) -> StallWatch:
-        self._before = set(self.client.futures)
+        if self.futures is None:  # what the block makes is what it waits for
+            self._before = set(self.client.futures.copy())  # copied at once: the client's loop adds to it meanwhile
         self._thread = threading.Thread(target=self._watch, name="openclaw-stall-watch", daemon=True)
         self._thread.start()
         return self
@@ -120,7 +130,7 @@ class StallWatch:
 
         futures = self.futures
         if futures is None:
-            keys = [k for k in list(self.client.futures) if k not in self._before] or list(self.client.futures)
+            keys = [k for k in self.client.futures.copy() if k not in self._before] or list(self.client.futures.copy())
             futures = [Future(k, self.client) for k in keys]
         with contextlib.suppress(Exception):  # a client closing meanwhile ends the wait itself
             self.client.cancel(futures, reason="stalled", msg=self.reason)
