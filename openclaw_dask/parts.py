@@ -79,8 +79,10 @@ def build(stack: contextlib.ExitStack, process: contextlib.ExitStack, config: Co
         process.enter_context(heap_reuse())  # chunk-sized temporaries reuse memory instead of faulting it in
     if running.client is not None:
         from openclaw_dask.cluster.compute import fresh_get
+        from openclaw_dask.cluster.stall import watch_running
 
-        process.enter_context(dask.config.set(scheduler=fresh_get(running.client)))  # x.compute() computes anew too
+        # x.compute() computes anew too, and a run stuck on paused workers ends as Session.compute's does
+        process.enter_context(dask.config.set(scheduler=fresh_get(running.client, lambda: watch_running(running, config))))
         stack.enter_context(_plugins(running, backend.worker_plugins(config)))
         metrics.target_workers = len(running.client.scheduler_info(n_workers=-1)["workers"])
     return running

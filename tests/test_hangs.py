@@ -194,13 +194,15 @@ SCRIPT = textwrap.dedent("""\
     while {w["status"] for w in s.client.scheduler_info(n_workers=-1)["workers"].values()} != {"paused"}:
         assert time.monotonic() < deadline, "the worker never paused"
         time.sleep(0.05)
-    print(s.compute(x.sum()))
+    print(COMPUTE)
     """)
 
 
-def test_a_compute_on_paused_workers_exits_1_with_one_line_and_closes_the_cluster(spill_dir):
-    # The issue's sum after a persist that left the worker paused ("reached capacity" every 10 s, for ever).
-    (spill_dir / "script.py").write_text(SCRIPT)
+@pytest.mark.parametrize("compute", ["s.compute(x.sum())", "x.sum().compute()"])
+def test_a_compute_on_paused_workers_exits_1_with_one_line_and_closes_the_cluster(compute, spill_dir):
+    # The issue's sum after a persist that left the worker paused ("reached capacity" every 10 s, for ever);
+    # a plain .compute() in the session is watched as Session.compute is
+    (spill_dir / "script.py").write_text(SCRIPT.replace("COMPUTE", compute))
     config = _config_with(NO_TERMINATE, spill_dir)
     t0 = time.monotonic()
     r = openclaw("run", str(spill_dir / "script.py"), "-c", str(config), cwd=spill_dir, timeout=60)

@@ -22,6 +22,7 @@ Other collections (dataframes, bags, delayed, a mix) keep ``client.compute``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -48,19 +49,21 @@ def compute(client: Any, collections: list[Any], **kwargs: Any) -> tuple[Any, ..
     return tuple(results)
 
 
-def fresh_get(client: Any) -> Callable[..., Any]:
+def fresh_get(client: Any, watch: Callable[[], Any] = contextlib.nullcontext) -> Callable[..., Any]:
     """A dask ``scheduler=`` callable that runs graphs on ``client`` as :func:`compute` does (never a kept result).
+
+    ``watch()`` is entered around each wait (the session's stall watch, :mod:`~openclaw_dask.cluster.stall`).
 
     It has the client's ``persist``, which ``dask.persist`` looks for, so persisted data stays on
     the workers. Pickled (dask's configuration goes to every worker process a nanny starts), it
     becomes ``"dask.distributed"``: that process's own default client, as without openclaw.
     """
-    return _FreshGet(client)
+    return _FreshGet(client, watch)
 
 
 class _FreshGet:
-    def __init__(self, client: Any) -> None:
-        self.client = client
+    def __init__(self, client: Any, watch: Callable[[], Any]) -> None:
+        self.client, self.watch = client, watch
 
     def __call__(self, dsk: Any, keys: Any, **kwargs: Any) -> Any:
         from distributed.worker import thread_state
@@ -68,7 +71,8 @@ class _FreshGet:
         if getattr(thread_state, "key", None):  # inside a task: the client's own path secedes first
             return self.client.get(dsk, keys, **kwargs)
         kwargs.pop("sync", None)
-        return _gathered(self.client, self.client.get(dsk, keys, sync=False, **kwargs))
+        with self.watch():
+            return _gathered(self.client, self.client.get(dsk, keys, sync=False, **kwargs))
 
     def persist(self, *args: Any, **kwargs: Any) -> Any:
         return self.client.persist(*args, **kwargs)
