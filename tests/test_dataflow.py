@@ -288,7 +288,7 @@ def _gathered(dask_worker):
     return [len(t["keys"]) for t in dask_worker.transfer_incoming_log]
 
 
-@pytest.mark.parametrize(("buffer", "per_message"), [(1, [1] * 16), (4 * 8192, [4] * 4), (2**20, [16])])
+@pytest.mark.parametrize(("buffer", "per_message"), [(64, [1] * 16), (4 * 8192, [4] * 4), (2**20, [16])])
 def test_pieces_a_task_needs_from_one_worker_travel_a_buffer_per_message(buffer, per_message):
     """16 pieces of 8 KiB on one worker, summed on the other: the buffer sets how many go in one message."""
     with start({"parallel.backend": "process", "parallel.workers": 2, "parallel.fusion_buffer_size": buffer}) as s:
