@@ -121,3 +121,14 @@ def test_worker_processes_started_inside_a_session_start(tmp_path):
                          local_directory=str(tmp_path)) as cluster, Client(cluster, set_as_default=False) as raw:
         assert raw.submit(lambda: dask.config.get("scheduler", None), pure=False).result() in (None, "dask.distributed")
         assert s.compute(s.array((10,), fill="arange").sum()) == 45
+
+
+def test_writes_from_worker_processes_lock_across_processes():
+    # da.store / to_hdf5 lock with distributed's Lock only when dask sees the client as the scheduler
+    import distributed.lock
+    from dask.utils import SerializableLock, get_scheduler_lock
+
+    with openclaw_dask.session(backend="process", workers=1) as s:
+        assert isinstance(get_scheduler_lock(s.array((10,), fill="arange")), distributed.lock.Lock)
+    with openclaw_dask.session(enabled=False) as s:
+        assert isinstance(get_scheduler_lock(s.array((10,), fill="arange")), SerializableLock)

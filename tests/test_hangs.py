@@ -68,8 +68,8 @@ def test_a_memory_limit_that_cannot_hold_a_worker_is_refused(value, tmp_path):
 
 
 def _over_the_machine(workers: int) -> int:
-    """A per-worker limit ``workers`` of which exceed this machine: the issue's 100 GiB where that does."""
-    total = psutil.virtual_memory().total
+    """A per-worker limit ``workers`` of which exceed this machine (or its container): the issue's 100 GiB where that does."""
+    from distributed.system import MEMORY_LIMIT as total
     return 100 * GiB if workers * 100 * GiB > total else total // workers + GiB
 
 
@@ -296,3 +296,20 @@ def test_port_0_is_always_free_and_a_port_moved_after_the_check_is_refused():
     with pytest.raises(ConfigError, match="monitoring.port = 8799: port 8799 .* was taken while the scheduler started "
                                           r"\(it moved to port 40000\)"):
         require_http_port(config, "127.0.0.1:8799", SimpleNamespace(http_server=SimpleNamespace(port=40000)))
+
+
+@pytest.mark.parametrize("setting", ["16MiB", 16 * MiB, False])
+def test_max_spill_from_a_dask_section_is_read_as_dask_reads_it(setting):
+    # a dask: section or --set may give distributed's own key as a string: both checks must still work
+    import dask
+
+    from openclaw_dask.cluster.stall import StallWatch, configured_max_spill
+
+    with dask.config.set({"distributed.worker.memory.max-spill": setting, "distributed.worker.memory.spill": 0.7}):
+        got = configured_max_spill(True)
+        assert configured_max_spill(False) is None
+    assert got == (False if setting is False else 16 * MiB)
+    watch = StallWatch(object(), limit=3, max_spill=got or None)
+    paused = {"tcp://127.0.0.1:1": {"status": "paused", "memory_limit": 200 * MiB,
+                                    "metrics": {"memory": 170 * MiB, "managed_bytes": 150 * MiB, "spilled_bytes": {"disk": 16 * MiB}}}}
+    assert "paused near their memory limit" in watch._reason(paused, 1)

@@ -115,10 +115,10 @@ def _check_memory(backend: Backend, config: Config) -> None:
     limit = config.cluster.memory_limit
     if limit == "auto" or not backend.capabilities.local_memory:
         return
-    import psutil
     from dask.utils import format_bytes
+    from distributed.system import MEMORY_LIMIT  # the machine's memory, or a container's (cgroup) limit if lower
 
-    workers, total = backend.memory_workers(config), psutil.virtual_memory().total
+    workers, total = backend.memory_workers(config), MEMORY_LIMIT
     if workers * limit <= total:
         return
     fits = total // workers // 2**20 * 2**20  # whole MiB

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from openclaw_dask.cluster.base import RunningCluster
     from openclaw_dask.config import Config
 
-__all__ = ["StallWatch", "stall_watch", "watch_running"]
+__all__ = ["StallWatch", "configured_max_spill", "stall_watch", "watch_running"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -52,13 +52,26 @@ def watch_running(running: RunningCluster, config: Config, futures: Any = None) 
     """:func:`stall_watch` from a session's parts: its running cluster and config (nothing without a client)."""
     if running.client is None:
         return contextlib.nullcontext()
+    max_spill = configured_max_spill(running.backend.capabilities.owns_cluster) or None  # unbounded: nothing to name
+    return StallWatch(running.client, limit=config.parallel.timeout, max_spill=max_spill, futures=futures)
+
+
+def configured_max_spill(owns_cluster: bool) -> int | bool | None:
+    """Bytes each worker of this process's dask config may spill; ``False``: unbounded; ``None``: no spilling or not known.
+
+    A cluster openclaw did not start spills as its owner set it (``None``). The value may be a
+    string from a ``dask:`` section or ``--set`` (``"10GiB"``), read as dask reads it.
+    """
     import dask
+    from dask.utils import parse_bytes
 
     memory = dask.config.get("distributed.worker.memory", {})
-    max_spill = None  # a cluster openclaw did not start spills as its owner set it
-    if running.backend.capabilities.owns_cluster and (memory.get("target") is not False or memory.get("spill") is not False):
-        max_spill = memory.get("max-spill") or None
-    return StallWatch(running.client, limit=config.parallel.timeout, max_spill=max_spill, futures=futures)
+    if not owns_cluster or (memory.get("target") is False and memory.get("spill") is False):
+        return None
+    bound = memory.get("max-spill")
+    if bound is False or bound is None:
+        return bound
+    return parse_bytes(bound) if isinstance(bound, str) else int(bound)
 
 
 class StallWatch:
@@ -77,7 +90,7 @@ class StallWatch:
         Bytes each worker may spill (``cluster.max_spill`` per worker), for the message; ``None``
         when spilling is unbounded, off or not known.
     futures
-        What to cancel; ``None``: the client's futures made inside the block (all, if none).
+        What to cancel; ``None``: the client's futures made inside the block (nothing made: nothing cancelled).
     interval
         Seconds between polls (default: a quarter of ``limit``, at most 1 s).
     """
@@ -101,18 +114,21 @@ class StallWatch:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(timeout=self.interval + 5)  # a daemon: never hold the caller (Ctrl-C) on a stuck poll
         if self.reason is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise RunError(self.reason) from None
+            raise RunError(self.reason) from None  # the watch cancelled what the block waits for (a wait() returns): say why
 
     def _watch(self) -> None:
         last: Any = None
         since = time.monotonic()
         while not self._stop.wait(self.interval):
             try:
-                workers = self.client.scheduler_info(n_workers=-1)["workers"]
-            except Exception:  # noqa: BLE001  (the client is closing or lost: other parts report that)
-                return
+                workers = self.client.scheduler_info(n_workers=-1).get("workers", {})
+            except Exception as e:  # noqa: BLE001  (one failed poll must not end the watch; a lost client is reported elsewhere)
+                logger.debug("stall watch: no scheduler info this time (%s)", e)
+                if self.client.status in ("closing", "closed"):
+                    return
+                continue
             now, state = time.monotonic(), _progress(workers)
             paused = {a: w for a, w in workers.items() if w.get("status") == "paused"}
             executing = any((w.get("metrics") or {}).get("task_counts", {}).get("executing") for w in workers.values())
@@ -129,9 +145,8 @@ class StallWatch:
         from distributed import Future
 
         futures = self.futures
-        if futures is None:
-            keys = [k for k in self.client.futures.copy() if k not in self._before] or list(self.client.futures.copy())
-            futures = [Future(k, self.client) for k in keys]
+        if futures is None:  # only what the block made: never the user's persisted data
+            futures = [Future(k, self.client) for k in self.client.futures.copy() if k not in self._before]
         with contextlib.suppress(Exception):  # a client closing meanwhile ends the wait itself
             self.client.cancel(futures, reason="stalled", msg=self.reason)
 
@@ -158,5 +173,6 @@ def _progress(workers: dict[str, dict[str, Any]]) -> tuple[Any, ...]:
     for address, w in sorted(workers.items()):
         m = w.get("metrics") or {}
         out.append((address, w.get("status"), tuple(sorted((m.get("task_counts") or {}).items())), m.get("managed_bytes"),
-                    (m.get("spilled_bytes") or {}).get("disk"), (m.get("transfer") or {}).get("incoming_count_total")))
+                    (m.get("spilled_bytes") or {}).get("disk"), (m.get("transfer") or {}).get("incoming_count_total"),
+                    (m.get("transfer") or {}).get("outgoing_count_total"), (m.get("transfer") or {}).get("outgoing_bytes")))
     return tuple(out)

@@ -15,6 +15,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
+from openclaw_dask.cluster.stall import configured_max_spill
 from openclaw_dask.errors import ConfigError
 
 __all__ = ["FIT_SHARE", "Capacity", "capacity", "require_memory", "session_memory"]
@@ -102,14 +103,11 @@ def _session_capacity(session: Any, chunk: int) -> Capacity | None:
     workers = session.workers()
     if not workers or not all(w.get("memory_limit") for w in workers.values()):
         return None
-    mem = dask.config.get("distributed.worker.memory")
-    pause = mem.get("pause") or 1.0
-    max_spill = None
+    pause = dask.config.get("distributed.worker.memory").get("pause") or 1.0
     # The spill settings of workers openclaw started are this process's; a remote cluster's are its own: none counted.
-    if session.backend.capabilities.owns_cluster and (mem.get("target") is not False or mem.get("spill") is not False):
-        max_spill = mem.get("max-spill")
-        if max_spill is False:  # no bound: the spill folder's free disk
-            max_spill = shutil.disk_usage(dask.config.get("temporary-directory") or "/tmp").free // len(workers)
+    max_spill = configured_max_spill(session.backend.capabilities.owns_cluster)
+    if max_spill is False:  # no bound: the spill folder's free disk
+        max_spill = shutil.disk_usage(dask.config.get("temporary-directory") or "/tmp").free // len(workers)
     return capacity(workers, pause=pause, max_spill=max_spill, chunk=chunk)
 
 
