@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from openclaw_dask.errors import ConfigError
+from openclaw_dask.errors import ConfigError, RunError
 
 __all__ = ["check_folder", "check_target", "replacing", "write_file"]
 
@@ -108,7 +108,9 @@ def replacing(path: str | os.PathLike[str], *, force: bool = False, binary: bool
     Raises
     ------
     ConfigError
-        As :func:`check_target`, or the file cannot be written (the OS error named).
+        As :func:`check_target`, or no file can be made in its folder.
+    RunError
+        Writing failed after the checks (a full disk, an I/O error; the OS error named).
     """
     target = check_target(path, force=force)
     try:
@@ -123,9 +125,9 @@ def replacing(path: str | os.PathLike[str], *, force: bool = False, binary: bool
             os.fchmod(f.fileno(), _mode(target))
             os.fsync(f.fileno())
         _publish(draft, target, force)
-    except OSError as e:
+    except OSError as e:  # a full disk or an I/O error after the checks: a failed run, not a usage error
         draft.unlink(missing_ok=True)
-        raise ConfigError(f"cannot write {target}: {e.strerror or e}") from None
+        raise RunError(f"cannot write {target}: {e.strerror or e}") from None
     except BaseException:
         draft.unlink(missing_ok=True)
         raise
@@ -148,9 +150,17 @@ def _mode(target: Path) -> int:
     """The permissions of the file being replaced, else what ``umask`` gives a new file."""
     with contextlib.suppress(OSError):
         return stat.S_IMODE(target.lstat().st_mode)
-    mask = os.umask(0o022)
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """This process's umask, read without setting it (``os.umask`` would change it for every thread meanwhile)."""
+    with contextlib.suppress(OSError, StopIteration, ValueError):
+        with open("/proc/self/status", encoding="ascii") as f:
+            return int(next(line for line in f if line.startswith("Umask:")).split()[1], 8)
+    mask = os.umask(0o022)  # no /proc (macOS): setting and restoring it is the only way to read it there
     os.umask(mask)
-    return 0o666 & ~mask
+    return mask
 
 
 def _publish(draft: Path, target: Path, force: bool) -> None:

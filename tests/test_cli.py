@@ -219,9 +219,9 @@ WRITERS = {  # command -> (argv for an output path, the file it writes there)
 }
 
 
-def _refused(result, *needles):
-    """Exit 2 and one error line naming the path (progress lines of a run that happened may precede it)."""
-    assert result.exit_code == 2, result.output
+def _refused(result, *needles, code=2):
+    """Exit ``code`` and one error line naming the path (progress lines of a run that happened may precede it)."""
+    assert result.exit_code == code, result.output
     errors = [line for line in result.stderr.splitlines() if line.startswith("openclaw: error: ")]
     assert len(errors) == 1 and errors[0] == result.stderr.strip().splitlines()[-1], result.stderr
     assert "Traceback" not in result.output and all(n in errors[0] for n in needles), errors
@@ -290,7 +290,7 @@ def test_a_write_that_fails_leaves_no_partial_file(command, existing, tmp_path, 
     before = sorted(p.name for p in path.parent.iterdir()) + (sorted(p.name for p in path.iterdir()) if path.is_dir() else [])
     monkeypatch.setattr(openclaw_dask.files, "_publish", disk_full)
     r = CliRunner().invoke(main, [*argv, "--force"])
-    _refused(r, f"cannot write {target}", "No space left on device")
+    _refused(r, f"cannot write {target}", "No space left on device", code=1)  # a failed run, not a usage error
     after = sorted(p.name for p in path.parent.iterdir()) + (sorted(p.name for p in path.iterdir()) if path.is_dir() else [])
     assert after == before  # nothing half-written, no temporary file left
     assert (target.read_text() == "mine\n") if existing else not target.exists()
