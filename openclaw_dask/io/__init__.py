@@ -68,8 +68,9 @@ def _reader(format: str, path: str) -> Reader:
 
 
 def _describe(format: str, path: str, options: dict[str, Any]) -> tuple[tuple[int, ...], np.dtype]:
-    with reading(path, format):
-        return _reader(format, path).describe(path, **options)
+    reader = _reader(format, path)
+    with reading(path, reader):
+        return reader.describe(path, **options)
 
 
 class _QuietReadErrors(logging.Filter):
@@ -89,8 +90,9 @@ _QUIET = _QuietReadErrors()
 
 def _read(format: str, path: str, index: Any, options: tuple[tuple[str, Any], ...], missing_chunks: str) -> np.ndarray:
     try:
-        with reading(path, format):
-            return _reader(format, path).read(path, index, missing_chunks=missing_chunks, **dict(options))
+        reader = _reader(format, path)
+        with reading(path, reader):
+            return reader.read(path, index, missing_chunks=missing_chunks, **dict(options))
     except OpenclawError:
         logging.getLogger("distributed.worker").addFilter(_QUIET)  # in the process the task ran in; added once
         raise

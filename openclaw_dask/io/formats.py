@@ -44,6 +44,8 @@ class Reader:
     suffixes: ClassVar[tuple[str, ...]] = ()
     module: ClassVar[str | None] = None  # import that must work, else ``extra`` is named
     extra: ClassVar[str | None] = None
+    folder: ClassVar[bool] = False  # a store is a folder (Zarr): a folder is not refused as "not a file"
+    metadata_errors: ClassVar[tuple[str, ...]] = ()  # its library's errors that mean missing or corrupt metadata
 
     def available(self) -> bool:
         return self.module is None or importlib.util.find_spec(self.module) is not None
@@ -170,6 +172,7 @@ class ZarrReader(Reader):
     """
 
     name, suffixes, module, extra = "zarr", (".zarr",), "zarr", "io"
+    folder, metadata_errors = True, ("ArrayNotFoundError", "NodeTypeValidationError", "JSONDecodeError")
 
     def open(self, path: str, **options: Any) -> Any:
         import zarr
@@ -283,7 +286,7 @@ def _one_line(error: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _check_path(path: str, format: str) -> None:
+def _check_path(path: str, reader: Reader) -> None:
     """Refuse what is not there or not a file of ``format``'s kind, before a library reports it its own way."""
     if "://" in path:  # a URL: its store library checks it
         return
@@ -296,36 +299,36 @@ def _check_path(path: str, format: str) -> None:
             what = "a symlink to nothing" if os.path.islink(path) else "no such file or folder"
             raise ReadError(path, what, "check the path (a relative path starts where the workers run)") from None
         raise
-    if format != "zarr" and os.path.isdir(path):
-        raise ReadError(path, "it is a folder, not a file", f"pass the {format} file itself")
-    if format != "zarr" and st.st_size == 0:
+    if not reader.folder and os.path.isdir(path):
+        raise ReadError(path, "it is a folder, not a file", f"pass the {reader.name} file itself")
+    if not reader.folder and st.st_size == 0:
         raise ReadError(path, "the file is empty (0 bytes)", _REWRITE)
 
 
-def _explain(path: str, format: str, error: Exception) -> ReadError:
+def _explain(path: str, reader: Reader, error: Exception) -> ReadError:
     """The :class:`ReadError` for a library's own error while reading ``path``."""
     if isinstance(error, PermissionError):
         return ReadError(path, "permission denied", "make it readable by the user the workers run as")
-    if format == "zarr" and type(error).__name__ in ("ArrayNotFoundError", "NodeTypeValidationError", "JSONDecodeError"):
-        return ReadError(path, f"its metadata (zarr.json or .zarray) is missing or corrupt ({_one_line(error)})",
+    if type(error).__name__ in reader.metadata_errors:
+        return ReadError(path, f"its metadata is missing or corrupt ({_one_line(error)})",
                          "restore the store's metadata, or write the store again")
     if isinstance(error, OSError) and "truncated" in str(error):
         return ReadError(path, f"the file is truncated ({_one_line(error)})", _REWRITE)
-    kind = "store" if format == "zarr" else "file"
-    return ReadError(path, f"corrupt, or not a {format} {kind} ({type(error).__name__}: {_one_line(error)})", _REWRITE)
+    kind = "store" if reader.folder else "file"
+    return ReadError(path, f"corrupt, or not a {reader.name} {kind} ({type(error).__name__}: {_one_line(error)})", _REWRITE)
 
 
 @contextlib.contextmanager
-def reading(path: str, format: str) -> Iterator[None]:
+def reading(path: str, reader: Reader) -> Iterator[None]:
     """Where a reader opens or reads ``path``: every error it raises becomes one naming the file.
 
     openclaw's own errors pass as they are; any other (NumPy's, h5py's, zarr's, a
     plugin's) becomes a :class:`ReadError` that says what is wrong and how to fix it.
     """
     try:
-        _check_path(path, format)
+        _check_path(path, reader)
         yield
     except (OpenclawError, MemoryError):
         raise
     except Exception as e:  # noqa: BLE001  (a reader's error is about the file it read)
-        raise _explain(path, format, e) from e
+        raise _explain(path, reader, e) from e
