@@ -163,19 +163,15 @@ def require_free_port(config: Config, port: int) -> None:
     ConfigError
         Naming the host and port, and the fix.
     """
-    import socket
+    from openclaw_dask.cluster.network import port_taken
 
     if port == 0:
         return
     host = bind_host(config)
-    try:
-        family, kind, proto, _, where = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as tornado does: a port in TIME_WAIT is free
-            probe.bind(where)
-    except OSError as e:
-        raise ConfigError(f"the scheduler cannot listen on {host}:{port}: {e.strerror or e} (another scheduler, "
-                          "or another program, has it)", hint="stop it, pass --port with a free port, or --port 0 for any") from None
+    taken = port_taken(host, port)
+    if taken is not None:
+        raise ConfigError(f"the scheduler cannot listen on {host}:{port}: {taken} (another scheduler, "
+                          "or another program, has it)", hint="stop it, pass --port with a free port, or --port 0 for any")
 
 
 def worker_command(config: Config, address: str | None = None, *, scheduler_file: str | None = None) -> Command:

@@ -135,14 +135,22 @@ def require_http_port(config: Config, address: str, scheduler: Any = None) -> No
             return
         why = f"was taken while the scheduler started (it moved to port {got})"
     else:
-        try:
-            family, kind, proto, _, where = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-            with socket.socket(family, kind, proto) as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as tornado does: a port in TIME_WAIT is free
-                probe.bind(where)
+        taken = port_taken(host, port)
+        if taken is None:
             return
-        except OSError as e:
-            why = f"is in use on {host} ({e.strerror or e})"
+        why = f"is in use on {host} ({taken})"
     raise ConfigError(f"port {port} for the scheduler's dashboard and /metrics {why}: a scrape of it would reach "
                       "another program", key=key, value=config.get(key), source=config.sources.get(key, "default"),
                       hint=f"stop what uses port {port}, choose another port, or set {key} to 0 for a free one")
+
+
+def port_taken(host: str, port: int) -> str | None:
+    """Why a server cannot listen on ``host:port`` now (the OS's reason), or ``None`` when it can."""
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as tornado does: a port in TIME_WAIT is free
+            probe.bind(where)
+    except OSError as e:
+        return str(e.strerror or e)
+    return None
