@@ -343,20 +343,29 @@ def _signals_deferred() -> Iterator[None]:
     """Ctrl-C or SIGTERM while the cluster closes takes effect once it has closed.
 
     Raised half way, the interrupt would leave the nannies and worker processes to distributed's
-    exit hooks: seconds more, "Failed to remove" errors and tracebacks. The signals stay pending
-    while blocked, and the handler runs as soon as the close is done.
+    exit hooks: seconds more, "Failed to remove" errors and tracebacks. Blocking the signals in
+    the main thread is not enough (the kernel hands them to another thread, and Python runs the
+    handler in the main thread all the same), so the handlers are replaced by one that notes
+    the signal, and a noted signal is sent again once the close is done.
     """
+    import os
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    noted: list[int] = []
+    kinds = (signal.SIGINT, signal.SIGTERM)
+    before = {k: signal.signal(k, lambda signum, frame: noted.append(signum)) for k in kinds}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        for kind, handler in before.items():
+            signal.signal(kind, handler)
+        for signum in dict.fromkeys(noted):  # each once, in the order they came
+            if before[signum] not in (signal.SIG_IGN, None):
+                os.kill(os.getpid(), signum)
 
 
 class SchedulerComm:
