@@ -198,10 +198,11 @@ SCRIPT = textwrap.dedent("""\
     """)
 
 
-@pytest.mark.parametrize("compute", ["s.compute(x.sum())", "x.sum().compute()"])
+@pytest.mark.parametrize("compute", ["s.compute(x.sum())", "x.sum().compute()",
+                                     "openclaw_dask.map(s, abs, list(range(64)), batch_size=8)[-1]"])
 def test_a_compute_on_paused_workers_exits_1_with_one_line_and_closes_the_cluster(compute, spill_dir):
     # The issue's sum after a persist that left the worker paused ("reached capacity" every 10 s, for ever);
-    # a plain .compute() in the session is watched as Session.compute is
+    # a plain .compute() in the session, and the dataflow API's waits, are watched as Session.compute is
     (spill_dir / "script.py").write_text(SCRIPT.replace("COMPUTE", compute))
     config = _config_with(NO_TERMINATE, spill_dir)
     t0 = time.monotonic()

@@ -53,8 +53,8 @@ class Tasks:
 class _Cluster(Tasks):
     distributed = True
 
-    def __init__(self, client: Any, retries: int) -> None:
-        self.client, self.retries = client, retries
+    def __init__(self, client: Any, retries: int, watch: Callable[[list[Any]], Any]) -> None:
+        self.client, self.retries, self.watch = client, retries, watch  # watch(futures): the session's stall watch
 
     def submit(self, key: str, fn: Callable[..., Any], *args: Any, after: Any = None,
                pin: Mapping[str, Any] | None = None) -> Any:
@@ -65,12 +65,15 @@ class _Cluster(Tasks):
         return self.client.scatter(list(data), hash=False)
 
     def gather(self, futures: list[Any]) -> list[Any]:
-        return self.client.gather(futures)
+        with self.watch(futures):  # workers paused for good: one line after parallel.timeout, not a wait for ever
+            return self.client.gather(futures)
 
     def wait_first(self, futures: Iterable[Any]) -> None:
         from distributed import wait
 
-        wait(list(futures), return_when="FIRST_COMPLETED")
+        futures = list(futures)
+        with self.watch(futures):
+            wait(futures, return_when="FIRST_COMPLETED")
 
     def cancel(self, futures: Iterable[Any]) -> None:
         futures = list(futures)
@@ -140,6 +143,8 @@ def tasks_of(session: Any) -> Tasks:
     """The :class:`Tasks` of ``session``'s engine."""
     client = session.running.client if session.running is not None else None
     if client is not None:
-        return _Cluster(client, session.config.fault_tolerance.retries)
+        from openclaw_dask.cluster.stall import stall_watch
+
+        return _Cluster(client, session.config.fault_tolerance.retries, lambda futures: stall_watch(session, futures))
     pool = session.running.local.get("pool") if session.running is not None else None
     return _Pool(pool) if pool is not None else _Inline()
