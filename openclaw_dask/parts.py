@@ -82,7 +82,7 @@ def build(stack: contextlib.ExitStack, process: contextlib.ExitStack, config: Co
         from openclaw_dask.cluster.stall import watch_running
 
         # x.compute() computes anew too, and a run stuck on paused workers ends as Session.compute's does
-        process.enter_context(dask.config.set(scheduler=fresh_get(running.client, lambda: watch_running(running, config))))
+        process.enter_context(dask.config.set(scheduler=fresh_get(running.client, lambda fs: watch_running(running, config, fs))))
         stack.enter_context(_plugins(running, backend.worker_plugins(config)))
         metrics.target_workers = len(running.client.scheduler_info(n_workers=-1)["workers"])
     return running
@@ -160,6 +160,7 @@ def run_errors(config: Config, running: RunningCluster) -> Iterator[None]:
     from distributed.client import ClosedClientError
     from distributed.scheduler import KilledWorker
 
+    from openclaw_dask.cluster.base import lost_scheduler
     from openclaw_dask.errors import RunError
 
     try:
@@ -177,7 +178,4 @@ def run_errors(config: Config, running: RunningCluster) -> Iterator[None]:
         lost = running.lost()
         if lost:
             raise RunError(lost) from None
-        raise RunError(
-            f"lost the scheduler at {getattr(client.scheduler, 'address', None)} (connection lost); its task state is gone, "
-            "so the run cannot go on: restart the scheduler and run again"
-        ) from None
+        raise RunError(lost_scheduler(getattr(client.scheduler, "address", None), "connection lost")) from None

@@ -162,8 +162,8 @@ class Session:
             from openclaw_dask.cluster.compute import compute
 
             kwargs.setdefault("retries", self.config.fault_tolerance.retries)
-            with parts.run_errors(self.config, self.running), stall_watch(self):  # stuck on paused workers: ends
-                results = compute(self.client, list(collections), **kwargs)
+            with parts.run_errors(self.config, self.running):  # stuck on paused workers: the stall watch ends it
+                results = compute(self.client, list(collections), watch=lambda fs: stall_watch(self, fs), **kwargs)
         return results[0] if len(collections) == 1 else results
 
     def persist(self, collection: Any) -> Any:

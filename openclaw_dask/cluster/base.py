@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from openclaw_dask.config import Config
 
-__all__ = ["Backend", "Capabilities", "Engine", "RunningCluster", "SchedulerComm"]
+__all__ = ["Backend", "Capabilities", "Engine", "RunningCluster", "SchedulerComm", "lost_scheduler"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -328,7 +328,7 @@ class RunningCluster:
                         thing.close()
         finally:
             client_log.setLevel(level)
-            client_log.removeFilter(_SILENT)
+            client_log.removeFilter(_silent)
         logger.debug("closed %s cluster", self.backend.name)
 
     def __enter__(self) -> RunningCluster:
@@ -397,8 +397,7 @@ class SchedulerComm:
             self._gone()
         if self.since is None:
             return None
-        return (f"lost the scheduler at {self.address} (its connection closed); its task state is gone, "
-                "so the run cannot go on: restart the scheduler and run again")
+        return lost_scheduler(self.address, "its connection closed")
 
     def stop(self) -> None:
         """Stop watching (the session closes the client itself)."""
@@ -418,7 +417,7 @@ class SchedulerComm:
         logger.debug("the connection to the scheduler at %s closed", self.address)
         client = self.running.client
         # its reconnect attempt, cancelled by the close, logs a traceback: the loss is reported once, by openclaw
-        logging.getLogger("distributed.client").addFilter(_SILENT)
+        logging.getLogger("distributed.client").addFilter(_silent)
         client.loop.add_callback(lambda: asyncio.ensure_future(client._close(fast=True)))
 
 
@@ -426,7 +425,10 @@ def _silent(record: logging.LogRecord) -> bool:
     return False
 
 
-_SILENT = _silent
+def lost_scheduler(address: str | None, how: str) -> str:
+    """The one line for a run whose scheduler at ``address`` is gone (``how`` it was noticed)."""
+    return (f"lost the scheduler at {address} ({how}); its task state is gone, "
+            "so the run cannot go on: restart the scheduler and run again")
 
 
 def _workers_leave_first(client: Client, wait: float = 10.0) -> None:

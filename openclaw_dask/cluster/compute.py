@@ -28,20 +28,31 @@ from typing import Any
 
 __all__ = ["compute", "fresh_get"]
 
+Watch = Callable[[list[Any]], contextlib.AbstractContextManager[Any]]  # entered around a wait, given its futures
+
+
+def _unwatched(futures: list[Any]) -> contextlib.AbstractContextManager[Any]:
+    return contextlib.nullcontext()
+
+
 # what client.get takes of client.compute's keywords; any other keyword keeps client.compute
 _GET_KEYWORDS = frozenset({"optimize_graph", "retries", "workers", "allow_other_workers", "resources", "priority", "fifo_timeout"})
 
 
-def compute(client: Any, collections: list[Any], **kwargs: Any) -> tuple[Any, ...]:
-    """The results of ``collections`` computed on ``client``, in order, each computed anew."""
+def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, **kwargs: Any) -> tuple[Any, ...]:
+    """The results of ``collections`` computed on ``client``, in order, each computed anew.
+
+    ``watch(futures)`` is entered around the wait for them (the session's stall watch,
+    :mod:`~openclaw_dask.cluster.stall`).
+    """
     import dask.array as da
 
     if not collections or not all(isinstance(c, da.Array) for c in collections) or set(kwargs) - _GET_KEYWORDS:
-        return tuple(_gathered(client, client.compute(collections, **kwargs)))
+        return tuple(_gathered(client, client.compute(collections, **kwargs), watch))
     from dask.base import collections_to_expr
 
     expr = collections_to_expr(collections, kwargs.pop("optimize_graph", True)).optimize()
-    chunks = _gathered(client, client.get(expr, expr.__dask_keys__(), sync=False, **kwargs))
+    chunks = _gathered(client, client.get(expr, expr.__dask_keys__(), sync=False, **kwargs), watch)
     results = []
     for array, parts in zip(collections, chunks, strict=True):
         finalize, args = array.__dask_postcompute__()
@@ -49,10 +60,8 @@ def compute(client: Any, collections: list[Any], **kwargs: Any) -> tuple[Any, ..
     return tuple(results)
 
 
-def fresh_get(client: Any, watch: Callable[[], Any] = contextlib.nullcontext) -> Callable[..., Any]:
+def fresh_get(client: Any, watch: Watch = _unwatched) -> Callable[..., Any]:
     """A dask ``scheduler=`` callable that runs graphs on ``client`` as :func:`compute` does (never a kept result).
-
-    ``watch()`` is entered around each wait (the session's stall watch, :mod:`~openclaw_dask.cluster.stall`).
 
     It has the client's ``persist``, which ``dask.persist`` looks for, so persisted data stays on
     the workers. Pickled (dask's configuration goes to every worker process a nanny starts), it
@@ -62,7 +71,7 @@ def fresh_get(client: Any, watch: Callable[[], Any] = contextlib.nullcontext) ->
 
 
 class _FreshGet:
-    def __init__(self, client: Any, watch: Callable[[], Any]) -> None:
+    def __init__(self, client: Any, watch: Watch) -> None:
         self.client, self.watch = client, watch
 
     def __call__(self, dsk: Any, keys: Any, **kwargs: Any) -> Any:
@@ -71,8 +80,7 @@ class _FreshGet:
         if getattr(thread_state, "key", None):  # inside a task: the client's own path secedes first
             return self.client.get(dsk, keys, **kwargs)
         kwargs.pop("sync", None)
-        with self.watch():
-            return _gathered(self.client, self.client.get(dsk, keys, sync=False, **kwargs))
+        return _gathered(self.client, self.client.get(dsk, keys, sync=False, **kwargs), self.watch)
 
     def persist(self, *args: Any, **kwargs: Any) -> Any:
         return self.client.persist(*args, **kwargs)
@@ -91,14 +99,16 @@ class _FreshGet:
         return self  # a copy of dask's configuration in this process keeps the live client
 
 
-def _gathered(client: Any, futures: Any) -> Any:
-    """The data of ``futures`` (any nesting); the client's hold on them is gone when this returns."""
+def _gathered(client: Any, futures: Any, watch: Watch) -> Any:
+    """The data of ``futures`` (any nesting), waited for under ``watch``; the client's hold on them is gone on return."""
     from distributed.client import futures_of
 
+    flat = futures_of(futures)
     try:
-        return client.gather(futures)
+        with watch(flat):
+            return client.gather(futures)
     finally:
-        for future in futures_of(futures):
+        for future in flat:
             future.release()
         client.sync(_loop_turned)  # runs after the releases queued on the client's loop: they have been sent
 
