@@ -30,14 +30,15 @@ from tests.conftest import BIN, openclaw, scheduler_address
 HOOK = textwrap.dedent("""\
     # test-only scheduler preload: hold the cluster's start or close so a signal lands there
     import asyncio, os
+    from distributed import Scheduler
 
-    async def dask_setup(server):
-        if os.environ.get("PHASE") == "start":
+    async def dask_setup(server):  # cluster.preload runs in workers too: hold the start once, in the scheduler
+        if os.environ.get("PHASE") == "start" and isinstance(server, Scheduler):
             print("phase start", flush=True)
             await asyncio.sleep(0.5)
 
     async def dask_teardown(server):
-        if os.environ.get("PHASE") == "close":
+        if os.environ.get("PHASE") == "close" and isinstance(server, Scheduler):
             print("phase close", flush=True)
             await asyncio.sleep(0.5)
     """)
@@ -55,10 +56,9 @@ JOB = textwrap.dedent("""\
 
 # expected exit status per signal; SIGTERM is 128 + 15 (the session turns it into an exit that unwinds)
 EXIT = {"SIGINT": 130, "SIGINT twice": 130, "SIGTERM": 128 + signal.SIGTERM, "SIGKILL": -signal.SIGKILL}
-# Interrupted during a cluster's start, the start is finished first and the cluster then closed
-# (cluster/local.py _interruptible): measured 2.2-2.8 s (thread: in-process cluster) and 4.7-5.1 s
-# (process, 2 workers) on 2 cores. Elsewhere the bound is the issue's 2 s. Not yet met during start.
-START_BOUND_S = 8.0
+# The issue's bound is 2 s; the hook itself holds a start or a close 0.5 s. Interrupted during a
+# cluster's start, the start is finished first and the cluster then closed (cluster/local.py _interruptible).
+HOLD_S = 0.5
 NOISE = ("Traceback", "KeyboardInterrupt", "WARNING", "ERROR", "Failed to remove", "AllExit", "Exception")
 
 
@@ -128,7 +128,7 @@ def test_kill_and_interrupt_matrix(how, backend, phase, tmp_path):
     print(f"INTERRUPT {how} {backend} {phase}: exit {proc.returncode} in {took:.2f}s")
     assert proc.returncode == EXIT[how], err
     lines = err.strip().splitlines()
-    bound = {"start": START_BOUND_S, "close": 2.0 + 0.5}.get(phase, 2.0)  # the hook itself holds a close 0.5 s
+    bound = 2.0 + (HOLD_S if phase in ("start", "close") else 0)
     if how.startswith("SIGINT"):
         assert took < bound, f"{took:.2f}s: {err}"
         assert lines == ["openclaw: error: interrupted"], err
