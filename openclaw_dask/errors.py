@@ -2,7 +2,8 @@
 
 Every error a user can cause carries one message that says what went wrong, the
 value received, and how to fix it. The CLI prints that message on one line and
-exits 2 for configuration errors and 1 for a failed run.
+exits 2 for configuration errors, 1 for a failed run and 3 for a report that cannot be
+read or compared (:attr:`ReportError.exit_code`).
 
 ::
 
@@ -10,6 +11,7 @@ exits 2 for configuration errors and 1 for a failed run.
     ├── ConfigError          (also a ValueError)  a key, value or file is wrong
     ├── BackendUnavailable   (also an ImportError) an optional extra is missing
     ├── ResizeError                                a resize was refused (cooldown, backend)
+    ├── ReportError                                a benchmark report cannot be read or compared (exit 3)
     └── RunError                                   the run itself failed
         ├── ClusterStartError                      no cluster could be started or reached
         ├── ResultMismatch                         a workload computed a wrong answer
@@ -35,6 +37,7 @@ __all__ = [
     "ItemFailed",
     "OpenclawError",
     "ReadError",
+    "ReportError",
     "ResizeError",
     "ResultMismatch",
     "RunError",
@@ -168,6 +171,15 @@ class BackendUnavailable(OpenclawError, ImportError):
 
 class ResizeError(OpenclawError):
     """``resize_workers`` was refused: inside ``elastic.cooldown``, or a backend that cannot resize."""
+
+
+class ReportError(OpenclawError):
+    """A benchmark report (a ``--compare`` baseline) cannot be read, is not a report, or cannot be compared.
+
+    Neither the configuration nor a run is at fault, so the CLI exits with :attr:`exit_code`.
+    """
+
+    exit_code = 3
 
 
 class RunError(OpenclawError):
