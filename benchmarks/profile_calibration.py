@@ -15,7 +15,7 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from openclaw_dask.cluster import load_config
+from openclaw_dask.cluster import load_for_backend as load_config
 from openclaw_dask.diagnostics.calibrate import expected_kinds, judge
 from openclaw_dask.diagnostics.profile import profile_config
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from openclaw_dask.cluster import load_config
+from openclaw_dask.cluster import load_for_backend as load_config
 from openclaw_dask.diagnostics.tune import FINAL_SAMPLES, Trial, candidates, measure, tune
 
 SKEWED = """\

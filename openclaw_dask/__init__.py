@@ -16,7 +16,6 @@ from importlib.metadata import PackageNotFoundError, version
 
 from openclaw_dask import io
 from openclaw_dask.chunking import ChunkPlan, plan_chunks
-from openclaw_dask.cluster import load_config
 from openclaw_dask.config import Config
 from openclaw_dask.dataflow import Stage, iterate, map, pipeline
 from openclaw_dask.elastic import ResizeResult
@@ -33,6 +32,7 @@ from openclaw_dask.errors import (
     RunError,
     ShardFailed,
 )
+from openclaw_dask.loading import load_checked as load_config
 from openclaw_dask.session import Session, resize_workers, session
 
 try:

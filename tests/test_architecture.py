@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_dask.cluster import Backend, available_backends, get_backend, load_config
+from openclaw_dask.cluster import Backend, available_backends, get_backend, load_for_backend as load_config
 from openclaw_dask.cluster.registry import builtin_backends
 from openclaw_dask.errors import ConfigError
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from openclaw_dask.cluster import load_config  # the config layer's loader, then the named backend's own rules
+from openclaw_dask.cluster import load_for_backend as load_config  # the config layer's loader, then the named backend's own rules
 from openclaw_dask.config import (
     KEYS,
     ChunkSize,

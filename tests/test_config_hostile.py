@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from openclaw_dask.chunking import plan_chunks
 from openclaw_dask.cli import main
 from openclaw_dask.cli.config import validate_file
-from openclaw_dask.cluster import load_config
+from openclaw_dask.cluster import load_for_backend as load_config
 from openclaw_dask.config import ChunkSize
 from openclaw_dask.config.reading import MAX_FILE_BYTES
 from openclaw_dask.errors import ConfigError

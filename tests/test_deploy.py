@@ -9,7 +9,7 @@ import time
 import pytest
 
 import openclaw_dask
-from openclaw_dask.cluster import load_config
+from openclaw_dask.cluster import load_for_backend as load_config
 from openclaw_dask.cluster.deploy import scheduler_command, worker_command
 from openclaw_dask.errors import ClusterStartError
 from tests.conftest import BIN, _stop, openclaw, scheduler_address

@@ -27,7 +27,7 @@ from click.testing import CliRunner
 
 import openclaw_dask
 from openclaw_dask.cli import main
-from openclaw_dask.cluster import load_config
+from openclaw_dask.cluster import load_for_backend as load_config
 from openclaw_dask.cluster.stall import StallWatch
 from openclaw_dask.errors import ConfigError, RunError
 from openclaw_dask.workloads.memory import capacity

@@ -9,7 +9,7 @@ from importlib.metadata import EntryPoint
 import numpy as np
 import pytest
 
-from openclaw_dask import BackendUnavailable, ConfigError, OpenclawError, ReadError, Session, io, load_config
+from openclaw_dask import BackendUnavailable, ConfigError, OpenclawError, ReadError, Session, io, load_config, registry
 from openclaw_dask.io import formats, prefetch
 from openclaw_dask.io.prefetch import Prefetcher
 from openclaw_dask.workloads.streams import write_array
@@ -78,17 +78,50 @@ class NeedsMissing(formats.Reader):
     name, module, extra = "missing", "openclaw_no_such_module", "io"
 
 
-def test_readers_come_from_entry_points_and_missing_extras_name_the_install(tmp_path, monkeypatch):
+@pytest.fixture
+def fake_entry_points(monkeypatch):
+    """Entry points of the readers group, as another package would install them (scanned afresh, and again after)."""
     eps = [EntryPoint("txt", "tests.test_io:FakeReader", formats.ENTRY_POINT_GROUP),
            EntryPoint("missing", "tests.test_io:NeedsMissing", formats.ENTRY_POINT_GROUP)]
-    monkeypatch.setattr(formats, "entry_points", lambda group: eps if group == formats.ENTRY_POINT_GROUP else [])
+    monkeypatch.setattr(registry, "entry_points", lambda group: eps if group == formats.ENTRY_POINT_GROUP else [])
+    formats.READERS.refresh()
+    yield eps
+    monkeypatch.undo()
+    formats.READERS.refresh()
+
+
+def test_readers_come_from_entry_points_and_missing_extras_name_the_install(tmp_path, fake_entry_points):
     assert {"npy", "raw", "zarr", "hdf5", "txt", "missing"} <= set(formats.readers())
     np.savetxt(tmp_path / "m.txt", np.arange(6.0).reshape(3, 2))
     with start() as s:
         x = io.read(s, tmp_path / "m.txt", format="txt")
         np.testing.assert_array_equal(s.compute(x), np.arange(6.0).reshape(3, 2))
+        assert io.read(s, tmp_path / "m.txt").shape == (3, 2)  # a plugin's suffix is guessed too
         with pytest.raises(BackendUnavailable, match=r"needs openclaw_no_such_module.*pip install 'openclaw-dask\[io\]'"):
             io.read(s, tmp_path / "m.txt", format="missing")
+
+
+def test_a_broken_plugin_reader_is_one_line_naming_its_entry_point(fake_entry_points):
+    fake_entry_points.append(EntryPoint("tiff", "tests.test_io:NoSuchReader", formats.ENTRY_POINT_GROUP))
+    formats.READERS.refresh()
+    with pytest.raises(ConfigError) as e:
+        formats.reader_for("x.tiff", "tiff")
+    assert "\n" not in str(e.value)
+    assert "reader tiff failed to load (AttributeError" in str(e.value) and "entry point tests.test_io:NoSuchReader" in str(e.value)
+
+
+def test_a_plugin_cannot_shadow_a_built_in_reader(fake_entry_points, caplog):
+    fake_entry_points.append(EntryPoint("npy", "tests.test_io:FakeReader", formats.ENTRY_POINT_GROUP))
+    formats.READERS.refresh()
+    assert formats.readers().count("npy") == 1
+    assert "ignoring openclaw_dask.readers entry point npy = tests.test_io:FakeReader" in caplog.text
+    assert type(formats.reader_for("x.npy")) is formats.NpyReader is type(formats.reader_for("x", "npy"))
+
+
+def test_io_format_names_come_from_the_readers_installed(fake_entry_points):
+    assert load_config(None, {"workload.io_format": "txt"}, env={}).workload.io_format == "txt"
+    with pytest.raises(ConfigError, match=r"workload.io_format must be one of npy, raw, zarr, hdf5, txt, missing, got 'tiff'"):
+        load_config(None, {"workload.io_format": "tiff"}, env={})
 
 
 # -- async_io ----------------------------------------------------------------------------------

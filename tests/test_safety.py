@@ -220,7 +220,7 @@ def test_openclaw_worker_gets_the_same_bound_and_folder(tmp_path):
 
 
 def test_a_remote_clusters_workers_take_spill_settings_where_they_start():
-    from openclaw_dask.cluster import load_config
+    from openclaw_dask.cluster import load_for_backend as load_config
     from openclaw_dask.errors import ConfigError
 
     for key, value in (("max_spill", "1GiB"), ("local_directory", "/tmp/x")):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import openclaw_dask
-from openclaw_dask.cluster import get_backend, load_config
+from openclaw_dask.cluster import get_backend, load_for_backend as load_config
 from openclaw_dask.cluster.security import security_for
 from openclaw_dask.errors import BackendUnavailable, ClusterStartError, ConfigError
 from tests.conftest import dask_deployment

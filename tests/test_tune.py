@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from openclaw_dask.cluster import load_config
+from openclaw_dask.cluster import load_for_backend as load_config
 from openclaw_dask.diagnostics.tune import MIN_SAMPLES, _with_fixes, candidates, profiled_fixes, tune
 
 from .test_cli import assert_one_line_error, invoke

@@ -96,7 +96,7 @@ def overrides(sets: tuple[str, ...], size: str | None = None) -> dict[str, Any]:
 
 def load(config_path: str | None, sets: tuple[str, ...], size: str | None = None) -> Any:
     """The effective config of a command, checked against the backend it names."""
-    from openclaw_dask.cluster import load_config
+    from openclaw_dask.loading import load_checked as load_config
 
     return load_config(config_path, overrides(sets, size), override_label="--set")
 

@@ -31,7 +31,7 @@ def validate_file(path: str | Path) -> Any:
         The file is missing, not a regular file, too large, or fails a check (the first problem
         found; :mod:`openclaw_dask.config.reading` says what is read and how).
     """
-    from openclaw_dask.cluster import load_config
+    from openclaw_dask.loading import load_checked as load_config
 
     return load_config(path, env={})
 

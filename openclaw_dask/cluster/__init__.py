@@ -27,12 +27,13 @@ __all__ = [
     "backend_for",
     "check",
     "get_backend",
-    "load_config",
+    "load_for_backend",
 ]
 
 
-def load_config(path: str | os.PathLike[str] | None = None, overrides: Mapping[str, Any] | None = None, **kwargs: Any) -> Config:
-    """Load a configuration and check it against the backend it names (``openclaw_dask.load_config``).
+def load_for_backend(path: str | os.PathLike[str] | None = None, overrides: Mapping[str, Any] | None = None,
+                     **kwargs: Any) -> Config:
+    """Load a configuration and check it against the backend it names (nothing of it need be installed).
 
     :func:`openclaw_dask.config.load_config` reads the layers and checks keys, values and
     the combinations that hold for every backend; the backend's :meth:`Backend.check`
@@ -41,9 +42,7 @@ def load_config(path: str | os.PathLike[str] | None = None, overrides: Mapping[s
     Raises
     ------
     ConfigError
-        For an unknown key, a bad value, or a combination this build cannot run.
-    BackendUnavailable
-        The backend's extra is not installed.
+        For an unknown key, a bad value, or a combination the named backend cannot run.
     """
     loaded = _load_config(path, overrides, **kwargs)
     check(loaded)

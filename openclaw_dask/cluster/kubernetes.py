@@ -211,7 +211,7 @@ def manifest_yaml(path: Any = None, overrides: dict[str, Any] | None = None) -> 
     """The DaskCluster resource of the config at ``path`` with ``overrides``, checked as backend kubernetes, as YAML."""
     import yaml
 
-    from openclaw_dask.cluster import load_config
+    from openclaw_dask.cluster import load_for_backend as load_config
 
     config = load_config(path, overrides, override_label="--set")
     return yaml.safe_dump(cluster_spec(config), sort_keys=False)

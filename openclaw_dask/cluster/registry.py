@@ -1,74 +1,71 @@
 """Which backends exist, which are installed, and how to get the missing ones.
 
-Built-in backends are listed here by the class that implements them; another package
-adds one through the entry-point group ``openclaw_dask.backends``, whose entries name a
+Built-in backends are listed in :mod:`~openclaw_dask.cluster.catalog` by the class that
+implements them; another package adds one through the entry-point group
+``openclaw_dask.backends``, whose entries name a
 :class:`~openclaw_dask.cluster.base.Backend` subclass::
 
     [project.entry-points."openclaw_dask.backends"]
     mybackend = "mypackage.backend:MyBackend"
 
-A built-in name wins over an entry point of the same name. Missing optional
-dependencies are found with :func:`importlib.util.find_spec`, so listing backends
-imports nothing heavy.
+A built-in name wins over an entry point of the same name. Entry points are scanned once
+per process (:func:`refresh` scans again). Checking, planning and describing a config use
+the class a name declares (:func:`declared`); only a session that starts asks whether this
+machine can run it (:func:`backend_for`, :meth:`Backend.available`). Missing optional
+dependencies are found with :func:`importlib.util.find_spec`, so nothing heavy is imported.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
-import logging
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
 from openclaw_dask.cluster.base import Backend
+from openclaw_dask.cluster.catalog import BUILTIN, SERIAL, builtin
 from openclaw_dask.errors import BackendUnavailable, ConfigError
+from openclaw_dask.registry import Registry
 
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
 
-__all__ = ["ENTRY_POINT_GROUP", "available_backends", "backend_for", "builtin_backends", "check", "declared", "get_backend"]
-
-logger = logging.getLogger("openclaw_dask.cluster")
+__all__ = ["BACKENDS", "ENTRY_POINT_GROUP", "available_backends", "backend_for", "builtin_backends", "check", "declared",
+           "declared_for", "get_backend", "refresh"]
 
 ENTRY_POINT_GROUP = "openclaw_dask.backends"
-_BUILTIN = {
-    "thread": "openclaw_dask.cluster.local:ThreadBackend",
-    "process": "openclaw_dask.cluster.local:ProcessBackend",
-    "remote": "openclaw_dask.cluster.remote:RemoteBackend",
-    "mpi": "openclaw_dask.cluster.mpi:MpiBackend",
-    "cuda": "openclaw_dask.cluster.cuda:CudaBackend",
-    "kubernetes": "openclaw_dask.cluster.kubernetes:KubernetesBackend",
-}
+_BUILTIN = BUILTIN  # the same table: a test may add a name to it
+BACKENDS: Registry[Backend] = Registry(ENTRY_POINT_GROUP, Backend, _BUILTIN, key="parallel.backend", what="backend")
 
 
-@functools.cache
-def _load(target: str) -> Backend:
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)()
+def refresh() -> None:
+    """Scan the entry points again (for tests that install a plugin in this process)."""
+    BACKENDS.refresh()
 
 
 def builtin_backends() -> tuple[Backend, ...]:
     """The built-in backends that can be selected with ``parallel.backend``."""
-    return tuple(_load(target) for target in _BUILTIN.values())
+    return tuple(builtin(target) for target in _BUILTIN.values())
 
 
-def _plugins() -> dict[str, object]:
-    """Entry points of other packages, by name (not loaded: that may import heavy code)."""
-    found = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in _BUILTIN:
-            logger.warning("ignoring backend entry point %s = %s: %s is a built-in backend", ep.name, ep.value, ep.name)
-            continue
-        found[ep.name] = ep
-    return found
+@functools.cache
+def _instance(cls: type[Backend]) -> Backend:
+    return cls()
 
 
-def _names() -> list[str]:
-    return [*_BUILTIN, *_plugins()]
+def declared(name: str, *, source: str | None = None) -> Backend:
+    """The backend ``name`` selects, without asking whether this machine can run it (what it declares).
+
+    Raises
+    ------
+    ConfigError
+        If no such backend exists, or its plugin fails to load.
+    """
+    if name in _BUILTIN:
+        return builtin(_BUILTIN[name])
+    return _instance(BACKENDS.get(name, source=source))
 
 
 def get_backend(name: str, *, source: str | None = None) -> Backend:
-    """The backend ``parallel.backend = name`` selects.
+    """The backend ``parallel.backend = name`` selects, checked to be runnable here.
 
     Parameters
     ----------
@@ -82,52 +79,35 @@ def get_backend(name: str, *, source: str | None = None) -> Backend:
     BackendUnavailable
         If its optional dependencies are not installed (names the ``pip install``).
     """
-    backend = _resolve(name, source)
+    backend = declared(name, source=source)
     backend.available()
     return backend
 
 
-def declared(name: str, *, source: str | None = None) -> Backend:
-    """The backend ``name`` selects, without asking whether this machine can run it (what it declares)."""
-    return _resolve(name, source)
-
-
-def _resolve(name: str, source: str | None) -> Backend:
-    key = "parallel.backend"
-    if name in _BUILTIN:
-        return _load(_BUILTIN[name])
-    plugins = _plugins()
-    if name in plugins:
-        return _from_entry_point(name, plugins[name], source)
-    raise ConfigError(key=key, value=name, source=source, allowed=f"one of {', '.join(_names())}")
-
-
-def _from_entry_point(name: str, ep: object, source: str | None) -> Backend:
-    try:
-        cls = ep.load()  # type: ignore[attr-defined]
-    except Exception as e:  # noqa: BLE001  (a broken plugin is the plugin's fault: say which)
-        raise ConfigError(f"the package that provides backend {name} failed to load ({type(e).__name__}: {e})",
-                          key="parallel.backend", value=name, source=source,
-                          hint=f"reinstall it, or check entry point {ep.value}") from None  # type: ignore[attr-defined]
-    backend = cls() if isinstance(cls, type) else cls
-    if not isinstance(backend, Backend) or backend.name != name:
-        raise ConfigError(f"entry point {ep.value} is not an openclaw_dask Backend named {name}",  # type: ignore[attr-defined]
-                          key="parallel.backend", value=name, source=source, hint="fix the plugin package")
-    return backend
+def declared_for(config: Config) -> Backend:
+    """The backend a session of ``config`` would run on (serial when ``parallel.enabled`` is false), as declared."""
+    return builtin(SERIAL) if not config.parallel.enabled else _named(config)
 
 
 def backend_for(config: Config) -> Backend:
-    """The backend a session of ``config`` runs on: the serial one when ``parallel.enabled`` is false."""
-    if not config.parallel.enabled:
-        return _load("openclaw_dask.cluster.serial:SerialBackend")
-    return _named(config)
+    """The backend a session of ``config`` starts: :func:`declared_for`, checked to be runnable here.
+
+    Raises
+    ------
+    BackendUnavailable
+        Its optional dependencies are not installed: the one question only a start asks.
+    """
+    backend = declared_for(config)
+    backend.available(config)
+    return backend
 
 
 def check(config: Config) -> Backend:
-    """Check ``config`` against the rules of the backend it names; return that backend.
+    """Check ``config`` against the rules of the backend it names; return that backend (as declared).
 
-    With ``parallel.enabled: false`` the configured backend's rules still apply, so
-    switching parallelism off and on again never turns a valid file invalid.
+    Nothing of the backend needs to be installed. With ``parallel.enabled: false`` the
+    configured backend's rules still apply, so switching parallelism off and on again
+    never turns a valid file invalid.
     """
     backend = _named(config)
     backend.check(config)
@@ -135,13 +115,13 @@ def check(config: Config) -> Backend:
 
 
 def _named(config: Config) -> Backend:
-    return get_backend(config.parallel.backend, source=config.sources.get("parallel.backend"))
+    return declared(config.parallel.backend, source=config.sources.get("parallel.backend"))
 
 
 def available_backends() -> dict[str, str]:
     """Map every backend name to ``installed``, the pip command it needs, or why its plugin failed to load."""
     out = {}
-    for name in _names():
+    for name in BACKENDS.names():
         try:
             get_backend(name)
             out[name] = "installed"

@@ -1,14 +1,15 @@
 """The configuration rules that follow from a backend's :class:`~openclaw_dask.cluster.base.Capabilities`.
 
 :meth:`Backend.check <openclaw_dask.cluster.base.Backend.check>` runs them; a backend
-adds its own rules in its module. Messages name the backends that *can* do a thing by
-asking the registry, so a backend installed from another package is named too.
+adds its own rules in its module. Messages name the built-in backends that *can* do a thing
+(from :mod:`~openclaw_dask.cluster.catalog`, which imports neither the registry nor the base).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from openclaw_dask.cluster.catalog import BUILTIN, builtin
 from openclaw_dask.config import changed_from_defaults
 from openclaw_dask.errors import ConfigError
 
@@ -21,9 +22,7 @@ __all__ = ["able", "check_capabilities"]
 
 def able(capability: str) -> str:
     """The built-in backends with ``capability``, as words: ``process and mpi``."""
-    from openclaw_dask.cluster.registry import builtin_backends
-
-    names = [b.name for b in builtin_backends() if getattr(b.capabilities, capability)]
+    names = [b.name for b in map(builtin, BUILTIN.values()) if getattr(b.capabilities, capability)]
     return " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " and " + names[-1]
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from openclaw_dask.cluster import load_config  # checked against its backend up front: a typo costs no run
+from openclaw_dask.loading import load_checked as load_config  # checked against its backend up front: a typo costs no run
 from openclaw_dask.config import Config
 from openclaw_dask.config.model import plain as _plain
 from openclaw_dask.errors import ConfigError, ResultMismatch, RunError

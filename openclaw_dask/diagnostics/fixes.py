@@ -102,7 +102,7 @@ def write_fixed(fixed: FixedConfig, path: str | os.PathLike[str], *, force: bool
         The fixed config does not validate (nothing is written), ``path`` exists (without
         ``force``) or is a symbolic link, or it cannot be written.
     """
-    from openclaw_dask.cluster import load_config
+    from openclaw_dask.loading import load_checked as load_config
     from openclaw_dask.files import replacing
 
     target = Path(path)

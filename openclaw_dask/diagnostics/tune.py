@@ -113,7 +113,7 @@ def measure(config: Any, target: str, overrides: dict[str, Any], samples: int, s
     """Start a session of ``config`` with ``overrides``; the seconds of ``samples`` runs of the measured step."""
     import dataclasses
 
-    from openclaw_dask.cluster import load_config
+    from openclaw_dask.loading import load_checked as load_config
     from openclaw_dask.scripts import run_script
     from openclaw_dask.session import Session
     from openclaw_dask.workloads import WORKLOADS

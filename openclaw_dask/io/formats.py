@@ -2,10 +2,14 @@
 
 Built-ins: ``npy`` (memory-mapped), ``raw`` (binary, memory-mapped; needs ``dtype``),
 ``zarr`` and ``hdf5`` (extra ``io``). Another package adds a format through the entry-point
-group ``openclaw_dask.readers``, naming a :class:`Reader` subclass::
+group ``openclaw_dask.readers``, naming a :class:`Reader` subclass whose ``name`` is the entry
+point's::
 
     [project.entry-points."openclaw_dask.readers"]
     tiff = "mypackage.readers:TiffReader"
+
+Such a format is read by :func:`openclaw_dask.io.read` (by ``format=`` or its suffixes) and can be
+``workload.io_format`` (then it needs :meth:`Reader.writing` too). A built-in name wins over a plugin's.
 """
 
 from __future__ import annotations
@@ -17,15 +21,18 @@ import importlib.util
 import math
 import os
 from collections.abc import Iterator
-from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from openclaw_dask.errors import BackendUnavailable, ConfigError, OpenclawError, ReadError
+from openclaw_dask.registry import Registry
 
-__all__ = ["ENTRY_POINT_GROUP", "Reader", "reader_for", "readers", "reading"]
+if TYPE_CHECKING:
+    from openclaw_dask.config import Config
+
+__all__ = ["ENTRY_POINT_GROUP", "READERS", "Reader", "check_format", "reader_for", "readers", "reading"]
 
 ENTRY_POINT_GROUP = "openclaw_dask.readers"
 _REWRITE = "write the file again (or restore it from a copy)"
@@ -46,6 +53,7 @@ class Reader:
     extra: ClassVar[str | None] = None
     folder: ClassVar[bool] = False  # a store is a folder (Zarr): a folder is not refused as "not a file"
     metadata_errors: ClassVar[tuple[str, ...]] = ()  # its library's errors that mean missing or corrupt metadata
+    headerless: ClassVar[bool] = False  # the file holds no shape or dtype: reading it back needs dtype= and shape=
 
     def available(self) -> bool:
         return self.module is None or importlib.util.find_spec(self.module) is not None
@@ -59,6 +67,13 @@ class Reader:
 
     def close(self, array: Any) -> None:
         """Release what :meth:`open` returned (memory maps go with their last reference)."""
+
+    @contextlib.contextmanager
+    def writing(self, path: str, shape: tuple[int, ...], dtype: Any, chunk_rows: int) -> Iterator[Any]:
+        """A new file of ``shape`` and ``dtype`` to assign to, written ``chunk_rows`` rows at a time (io-pipeline)."""
+        raise ConfigError(f"format {self.name} is read-only here: it has no writer, and io-pipeline writes its file first",
+                          key="workload.io_format", value=self.name, hint="choose a format with a writer (npy, raw, zarr, hdf5)")
+        yield  # pragma: no cover
 
     def describe(self, path: str, **options: Any) -> tuple[tuple[int, ...], np.dtype]:
         """Shape and dtype of the array in ``path``."""
@@ -82,7 +97,7 @@ class Reader:
                 return np.array(array[index])
             except (OpenclawError, MemoryError):
                 raise
-            except Exception as e:  # noqa: BLE001  (the file opened, its data did not decode)
+            except Exception as e:
                 raise ReadError(path, f"the data of {_show(index)} is corrupt ({type(e).__name__}: {_one_line(e)})",
                                 _REWRITE) from e
         finally:
@@ -128,6 +143,12 @@ class NpyReader(Reader):
             return np.empty(shape, dtype)
         return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
 
+    @contextlib.contextmanager
+    def writing(self, path: str, shape: tuple[int, ...], dtype: Any, chunk_rows: int) -> Iterator[Any]:
+        out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+        yield out
+        out.flush()
+
 
 class RawReader(Reader):
     """Headerless binary: ``dtype`` (required), ``shape`` (default: 1-D, from the file size), ``offset`` bytes.
@@ -136,7 +157,7 @@ class RawReader(Reader):
     means a wrong dtype or shape, whose read would be garbage.
     """
 
-    name, suffixes = "raw", (".raw", ".bin", ".dat")
+    name, suffixes, headerless = "raw", (".raw", ".bin", ".dat"), True
 
     def open(self, path: str, *, dtype: Any = None, shape: Any = None, offset: int = 0, **options: Any) -> Any:
         if dtype is None:
@@ -163,6 +184,12 @@ class RawReader(Reader):
             return np.empty(shape, dtype)
         return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
 
+    @contextlib.contextmanager
+    def writing(self, path: str, shape: tuple[int, ...], dtype: Any, chunk_rows: int) -> Iterator[Any]:
+        out = np.memmap(path, dtype=dtype, mode="w+", shape=shape)
+        yield out
+        out.flush()
+
 
 class ZarrReader(Reader):
     """A Zarr v2 or v3 array; a chunk missing from the store is an error unless ``io.missing_chunks: fill``.
@@ -181,6 +208,12 @@ class ZarrReader(Reader):
             raise ReadError(path, "not a Zarr store (a store is a folder holding zarr.json or .zarray)",
                             "pass the store's folder, or format= the file's own format")
         return zarr.open_array(path, mode="r")
+
+    @contextlib.contextmanager
+    def writing(self, path: str, shape: tuple[int, ...], dtype: Any, chunk_rows: int) -> Iterator[Any]:
+        import zarr
+
+        yield zarr.open_array(path, mode="w", shape=shape, chunks=(chunk_rows, *shape[1:]), dtype=dtype)
 
     def require_chunks(self, path: str, array: Any, index: Any) -> None:
         from zarr.core.sync import sync
@@ -246,30 +279,42 @@ class Hdf5Reader(Reader):
     def close(self, array: Any) -> None:
         array.file.close()
 
+    @contextlib.contextmanager
+    def writing(self, path: str, shape: tuple[int, ...], dtype: Any, chunk_rows: int) -> Iterator[Any]:
+        import h5py
 
-_BUILTIN: dict[str, type[Reader]] = {r.name: r for r in (NpyReader, RawReader, ZarrReader, Hdf5Reader)}
+        with h5py.File(path, "w") as f:
+            yield f.create_dataset("data", shape=shape, dtype=dtype)
 
 
-def readers() -> dict[str, type[Reader]]:
-    """Every format by name: the built-ins, then entry points of other packages (a built-in name wins)."""
-    found = dict(_BUILTIN)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        found.setdefault(ep.name, ep)  # loaded when chosen
-    return found
+_BUILTIN = {name: f"{__name__}:{cls}" for name, cls in
+            (("npy", "NpyReader"), ("raw", "RawReader"), ("zarr", "ZarrReader"), ("hdf5", "Hdf5Reader"))}
+READERS: Registry[Reader] = Registry(ENTRY_POINT_GROUP, Reader, _BUILTIN, key="format", what="reader")
+
+
+def readers() -> list[str]:
+    """Every format's name: the built-ins, then entry points of other packages (none is imported)."""
+    return READERS.names()
+
+
+def check_format(config: Config) -> None:
+    """Refuse a ``workload.io_format`` that no installed reader has, listing those that are (nothing is imported)."""
+    name = config.workload.io_format
+    if name not in READERS.names():
+        raise ConfigError(key="workload.io_format", value=name, source=config.sources.get("workload.io_format"),
+                          allowed=f"one of {', '.join(READERS.names())}")
 
 
 def reader_for(path: str | Path, format: str | None = None) -> Reader:
-    """The reader ``format`` names, or the one whose suffix ``path`` has."""
-    known = readers()
+    """The reader ``format`` names, or the one whose suffix ``path`` has (built-ins first, then plugins)."""
     if format is None:
         suffix = Path(path).suffix.lower()
-        format = next((n for n, r in known.items() if isinstance(r, type) and suffix in r.suffixes), None)
+        format = next((n for n in READERS.names() if suffix in READERS.get(n).suffixes), None)
         if format is None:
-            raise ConfigError(f"cannot tell the format of {path} from its suffix; pass format= one of {', '.join(known)}")
-    if format not in known:
-        raise ConfigError(f"format {format!r} is not known; use one of {', '.join(known)}")
-    cls = known[format]
-    reader = (cls if isinstance(cls, type) else cls.load())()
+            raise ConfigError(f"cannot tell the format of {path} from its suffix; pass format= one of {', '.join(readers())}")
+    if format not in READERS.names():
+        raise ConfigError(f"format {format!r} is not known; use one of {', '.join(readers())}")
+    reader = READERS.get(format)()
     reader.require()
     return reader
 
@@ -330,5 +375,5 @@ def reading(path: str, reader: Reader) -> Iterator[None]:
         yield
     except (OpenclawError, MemoryError):
         raise
-    except Exception as e:  # noqa: BLE001  (a reader's error is about the file it read)
+    except Exception as e:
         raise _explain(path, reader, e) from e

@@ -11,8 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from openclaw_dask.workloads import array_sum
-from openclaw_dask.workloads.prepared import run_kernel
-from openclaw_dask.workloads.suite import KERNELS
+from openclaw_dask.workloads.suite import KERNELS, run_kernel
 
 __all__ = ["WORKLOADS"]
 

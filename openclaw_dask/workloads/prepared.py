@@ -1,24 +1,22 @@
-"""A kernel ready to run (:class:`Prepared`), and ``openclaw run`` for any kernel (:func:`run_kernel`).
+"""A kernel ready to run (:class:`Prepared`), and what a run of one reports (:class:`WorkloadResult`).
 
 A kernel builds its inputs in the session (made and kept on the workers, not timed) and
 returns a :class:`Prepared`: the graph to time (or, for streams, a function that runs),
 the same computation in NumPy (the reference, also timed on one thread), and what it
-moves. The benchmark suite and ``openclaw run``/``profile`` share these definitions.
+moves. The benchmark suite and ``openclaw run``/``profile`` share these definitions
+(:func:`~openclaw_dask.workloads.suite.run_kernel` runs one by name).
 """
 
 from __future__ import annotations
 
-import math
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from openclaw_dask.progress import aside
 from openclaw_dask.workloads.accuracy import Bound, Verdict, compare
 
-__all__ = ["Prepared", "WorkloadResult", "run_kernel"]
+__all__ = ["Prepared", "WorkloadResult"]
 
 
 @dataclass
@@ -126,44 +124,3 @@ class WorkloadResult:
         d = asdict(self)
         d["run_s_all"], d["rows"] = list(self.run_s_all), dict(self.rows)
         return d
-
-
-def _chunks_text(inputs: tuple[Any, ...]) -> str:
-    """The inputs' chunk grids and their biggest chunk, e.g. ``grids 1x1, 1x2, 2x1; chunks <= 32 MiB``."""
-    arrays = [x for x in inputs if hasattr(x, "chunks")]
-    if not arrays:
-        return "-"
-    biggest = max(x.dtype.itemsize * math.prod(max(c) for c in x.chunks) for x in arrays)
-    grids = ", ".join("x".join(str(len(c)) for c in x.chunks) for x in arrays)
-    return f"grid{'s' if len(arrays) > 1 else ''} {grids}; chunks <= {biggest / 2**20:.3g} MiB"
-
-
-def run_kernel(name: str, session: Any, *, size: int | None = None, repeat: int | None = None,
-               progress: bool = False) -> WorkloadResult:
-    """Run the suite kernel ``name`` ``repeat`` times in ``session`` and check it against NumPy."""
-    from openclaw_dask.workloads.memory import require_memory
-    from openclaw_dask.workloads.suite import KERNELS
-
-    cfg = session.config
-    size = cfg.workload.size if size is None else size
-    repeat = cfg.workload.repeat if repeat is None else repeat
-    require_memory(session, size)
-    before, t_start = session.recovery(), time.perf_counter()
-    prepared = KERNELS[name](session, size)
-    try:
-        result, times = prepared.timed(session, repeat, progress=progress)
-        with aside("checking the answer against NumPy"):
-            reference, (numpy_s,) = prepared.reference(session)
-            verdict = prepared.check(session, result, reference)
-        rows = tuple(prepared.details())
-    finally:
-        prepared.close()
-    recovery = session.recovery().since(before)
-    return WorkloadResult(
-        workload=name, ok=verdict.ok, check=verdict.text(),
-        wall_s=time.perf_counter() - t_start, run_s=statistics.median(times), run_s_all=tuple(times), numpy_s=numpy_s,
-        size_bytes=prepared.nbytes, chunks=_chunks_text(prepared.inputs),
-        backend=session.backend.name, engine=str(session.engine), strategy=cfg.parallel.strategy,
-        workers=len(session.workers()) or 1, threads=session.slots, rows=rows, workers_lost=recovery.workers_lost,
-        tasks_recomputed=recovery.tasks_recomputed, failures_recovered=recovery.failures_recovered,
-    )

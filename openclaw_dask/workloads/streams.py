@@ -112,30 +112,13 @@ def pipeline(s: Any, size: int) -> Prepared:
 
 
 def write_array(path: Path, fmt: str, shape: tuple[int, int], rows_per_write: int) -> Path:
-    """Write a float64 array whose elements are their flat index, ``rows_per_write`` rows at a time."""
-    def rows(start: int, stop: int) -> np.ndarray:
-        return np.arange(start * shape[1], stop * shape[1], dtype="float64").reshape(stop - start, shape[1])
+    """Write a float64 array whose elements are their flat index, ``rows_per_write`` rows at a time, in format ``fmt``."""
+    from openclaw_dask import io
 
-    if fmt == "zarr":
-        import zarr
-
-        out: Any = zarr.open_array(str(path), mode="w", shape=shape, chunks=(rows_per_write, shape[1]), dtype="float64")
-    elif fmt == "hdf5":
-        import h5py
-
-        f = h5py.File(path, "w")
-        out = f.create_dataset("data", shape=shape, dtype="float64")
-    elif fmt == "npy":
-        out = np.lib.format.open_memmap(path, mode="w+", dtype="float64", shape=shape)
-    else:
-        out = np.memmap(path, dtype="float64", mode="w+", shape=shape)
-    for start in range(0, shape[0], rows_per_write):
-        stop = min(shape[0], start + rows_per_write)
-        out[start:stop] = rows(start, stop)
-    if fmt == "hdf5":
-        f.close()
-    elif fmt in ("npy", "raw"):
-        out.flush()
+    with io.reader_for(path, fmt).writing(str(path), shape, "float64", rows_per_write) as out:
+        for start in range(0, shape[0], rows_per_write):
+            stop = min(shape[0], start + rows_per_write)
+            out[start:stop] = np.arange(start * shape[1], stop * shape[1], dtype="float64").reshape(stop - start, shape[1])
     return path
 
 
@@ -160,10 +143,10 @@ def io_pipeline(s: Any, size: int) -> Prepared:
     folder = tempfile.mkdtemp(prefix="openclaw-io-")
     try:
         _free_disk_check(folder, 8 * n)
-        suffix = {"npy": ".npy", "raw": ".raw", "zarr": ".zarr", "hdf5": ".h5"}[cfg.workload.io_format]
+        fmt = io.reader_for(folder, cfg.workload.io_format)
         slab = max(1, 64 * 2**20 // (8 * cols))
-        path = write_array(Path(folder) / f"data{suffix}", cfg.workload.io_format, (n_rows, cols), slab)
-        options = {"dtype": "float64", "shape": (n_rows, cols)} if cfg.workload.io_format == "raw" else {}
+        path = write_array(Path(folder) / f"data{fmt.suffixes[0] if fmt.suffixes else ''}", fmt.name, (n_rows, cols), slab)
+        options = {"dtype": "float64", "shape": (n_rows, cols)} if fmt.headerless else {}
         x = io.read(s, path, latency=cfg.workload.read_latency, **options)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)

@@ -1,18 +1,23 @@
-"""The benchmark suite's kernels, each checked against NumPy (see :mod:`openclaw_dask.workloads.prepared`)."""
+"""The benchmark suite's kernels, each checked against NumPy (see :mod:`openclaw_dask.workloads.prepared`), and
+``openclaw run`` for any of them (:func:`run_kernel`)."""
 
 from __future__ import annotations
 
 import math
+import statistics
+import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from openclaw_dask.dataflow import fusion
+from openclaw_dask.progress import aside
 from openclaw_dask.workloads import accuracy, models, streams
-from openclaw_dask.workloads.prepared import Prepared
+from openclaw_dask.workloads.memory import require_memory
+from openclaw_dask.workloads.prepared import Prepared, WorkloadResult
 
-__all__ = ["KERNELS", "SUITES", "Prepared"]
+__all__ = ["KERNELS", "SUITES", "Prepared", "run_kernel"]
 
 
 def _vector(s: Any, size: int, fill: str = "arange") -> Any:
@@ -137,3 +142,41 @@ SUITES: dict[str, tuple[int, tuple[str, ...]]] = {
     "quick": (64 * 2**20, tuple(KERNELS)),
     "standard": (512 * 2**20, tuple(KERNELS)),
 }
+
+
+def _chunks_text(inputs: tuple[Any, ...]) -> str:
+    """The inputs' chunk grids and their biggest chunk, e.g. ``grids 1x1, 1x2, 2x1; chunks <= 32 MiB``."""
+    arrays = [x for x in inputs if hasattr(x, "chunks")]
+    if not arrays:
+        return "-"
+    biggest = max(x.dtype.itemsize * math.prod(max(c) for c in x.chunks) for x in arrays)
+    grids = ", ".join("x".join(str(len(c)) for c in x.chunks) for x in arrays)
+    return f"grid{'s' if len(arrays) > 1 else ''} {grids}; chunks <= {biggest / 2**20:.3g} MiB"
+
+
+def run_kernel(name: str, session: Any, *, size: int | None = None, repeat: int | None = None,
+               progress: bool = False) -> WorkloadResult:
+    """Run the suite kernel ``name`` ``repeat`` times in ``session`` and check it against NumPy."""
+    cfg = session.config
+    size = cfg.workload.size if size is None else size
+    repeat = cfg.workload.repeat if repeat is None else repeat
+    require_memory(session, size)
+    before, t_start = session.recovery(), time.perf_counter()
+    prepared = KERNELS[name](session, size)
+    try:
+        result, times = prepared.timed(session, repeat, progress=progress)
+        with aside("checking the answer against NumPy"):
+            reference, (numpy_s,) = prepared.reference(session)
+            verdict = prepared.check(session, result, reference)
+        rows = tuple(prepared.details())
+    finally:
+        prepared.close()
+    recovery = session.recovery().since(before)
+    return WorkloadResult(
+        workload=name, ok=verdict.ok, check=verdict.text(),
+        wall_s=time.perf_counter() - t_start, run_s=statistics.median(times), run_s_all=tuple(times), numpy_s=numpy_s,
+        size_bytes=prepared.nbytes, chunks=_chunks_text(prepared.inputs),
+        backend=session.backend.name, engine=str(session.engine), strategy=cfg.parallel.strategy,
+        workers=len(session.workers()) or 1, threads=session.slots, rows=rows, workers_lost=recovery.workers_lost,
+        tasks_recomputed=recovery.tasks_recomputed, failures_recovered=recovery.failures_recovered,
+    )
