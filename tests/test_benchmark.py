@@ -1,12 +1,16 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+import re
+from pathlib import Path
 
 import pytest
 
-from openclaw_dask.diagnostics.benchmark import SCHEMA, check_report, compare, configurations, prepare, regressions
-from openclaw_dask.errors import ConfigError
+from openclaw_dask.diagnostics.benchmark import SCHEMA, Row, check_report, compare, configurations, prepare, regressions
+from openclaw_dask.diagnostics.benchmark_render import html_layout, markdown
+from openclaw_dask.errors import ConfigError, ReportError
 from openclaw_dask.workloads.suite import KERNELS
 
 from .conftest import openclaw
@@ -51,19 +55,30 @@ def test_check_report_fails_wrong_rows_then_regressions():
         check_report({"rows": [{**ok, "ok": False}]}, 20)
 
 
+def _row(**fields):
+    """A whole row of made-up figures; ``fields`` replace them."""
+    row = {"workload": "array-sum", "ok": True, "check": "within 1e-16", "median_s": 0.0098, "min_s": 0.0095, "max_s": 0.011,
+           "times_s": (0.0095, 0.0098, 0.011), "nbytes": 2**21, "gbps": 0.21, "gflops": 0.02, "tasks": 4.0, "tasks_per_s": 408.0,
+           "task_latency_s": {"p50": 0.0, "p95": 0.0, "p99": 0.0}, "numpy_1thread_s": 0.088, "speedup_vs_numpy_1thread": 9.0,
+           "cpu_steal_share": None, "flags": (), "verdicts": (), "config": "process", "settings": {"parallel.enabled": True},
+           "workers": 2, "threads": 2, "invalid": None, "bandwidth_gbps": 31.6, "efficiency_vs_bandwidth": 0.01,
+           "speedup_vs_serial": 7.0, "speedup_vs_first": 1.0}
+    return Row(**{**row, **fields})
+
+
 def test_a_figure_above_the_measured_bandwidth_is_an_invalid_row_never_a_result():
-    from openclaw_dask.diagnostics.benchmark import _markdown
     from openclaw_dask.errors import RunError
     from openclaw_dask.workloads.limits import implausible
 
     assert implausible(30.0, 31.6) is None and implausible(33.0, 31.6) is None  # within the 5% margin
     reason = implausible(230.0, 31.6)
     assert reason.startswith("230.0 GB/s is 7.3x the memory bandwidth measured in this run (31.6 GB/s)")
-    row = {"config": "process", "workload": "array-sum", "ok": True, "invalid": reason, "median_s": 0.0098, "min_s": 0.0095,
-           "max_s": 0.011, "gbps": 230.0, "tasks_per_s": 1e5, "task_latency_s": {"p50": 0, "p95": 0, "p99": 0},
-           "speedup_vs_serial": 7.0, "speedup_vs_numpy_1thread": 9.0, "efficiency_vs_bandwidth": 7.3, "flags": [], "verdicts": []}
-    md = _markdown({"suite": "quick", "created": "now", "repeat": 5, "rows": [row], "machine": {
-        "cpu_count": 2, "memory_bytes": 2**34, "bandwidth_gbps_1_thread": 20.0, "bandwidth_gbps_all_cores": 31.6}})
+    row = _row(invalid=reason, gbps=230.0, tasks_per_s=1e5, efficiency_vs_bandwidth=7.3).to_json()
+    report = {"suite": "quick", "created": "now", "repeat": 5, "rows": [row], "machine": {
+        "cpu_count": 2, "memory_bytes": 2**34, "bandwidth_gbps_1_thread": 20.0, "bandwidth_gbps_all_cores": 31.6}}
+    md = markdown(report)
+    plots = html_layout(report).children[1:]  # every row invalid: the plots are empty, not a crash
+    assert [list(p.renderers[0].data_source.data["x"]) for p in plots] == [[], [], []]
     line = next(x for x in md.splitlines() if "| array-sum |" in x)
     assert "**invalid**: 230.0 GB/s is 7.3x" in line and "9.8" not in line and "7.00" not in line  # no figure of it printed
     with pytest.raises(RunError, match=r"1 row\(s\) are faster than this machine's memory allows.*process/array-sum: 230.0 GB/s"):
@@ -100,7 +115,7 @@ def test_compare_uses_the_noise_band():
     assert regressions(new, 60) == []
     same = copy.deepcopy(base)
     assert {c["status"] for c in compare(same, base)} == {"same"}
-    with pytest.raises(ConfigError, match="not an openclaw benchmark report"):
+    with pytest.raises(ReportError, match="not an openclaw benchmark report"):
         compare(new, {"rows": []})
 
 
@@ -158,15 +173,15 @@ def test_compare_against_itself_reports_no_regression(quick_run):
 
 @pytest.mark.slow
 def test_cpu_steal_is_named_in_the_markdown_from_two_percent(quick_run):
-    from openclaw_dask.diagnostics.benchmark import _markdown, load_report
+    from openclaw_dask.diagnostics.benchmark import load_report
 
     _, out = quick_run
     report = load_report(out / "report.json")
     for row in report["rows"]:
         row["cpu_steal_share"] = 0.01
-    assert "cpu-steal" not in _markdown(report)
+    assert "cpu-steal" not in markdown(report)
     report["rows"][0]["cpu_steal_share"] = 0.25  # a quarter of the runs' time went to other guests
-    md = _markdown(report)
+    md = markdown(report)
     assert md.count("cpu-steal 25%") == 1 and "the hypervisor ran other guests" in md
 
 
@@ -209,10 +224,67 @@ def test_baselines_are_checked_before_anything_runs(tmp_path):
     }
     for name, (text, needle) in cases.items():
         (tmp_path / name).write_text(text)
-        with pytest.raises(ConfigError, match=needle):
+        with pytest.raises(ReportError, match=needle):
             load_report(tmp_path / name, suite="quick")
-    r = openclaw("benchmark", "--compare", str(tmp_path / "list.json"))
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not an openclaw benchmark report" in r.stderr
+
+
+def test_a_baseline_that_is_not_a_report_is_one_line_and_exit_3_before_anything_runs(tmp_path):
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "cut.json").write_text(json.dumps({"schema": SCHEMA, "rows": []})[:-3])  # a truncated file
+    for name, needle in (("list.json", "not an openclaw benchmark report"), ("cut.json", "cannot read a benchmark report")):
+        r = openclaw("benchmark", "--compare", str(tmp_path / name), "--out", str(tmp_path / "out"))
+        assert r.returncode == 3 == ReportError.exit_code, r.stderr
+        assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"openclaw: error: --compare {tmp_path / name}: {needle}")
+        assert r.stdout == "" and not (tmp_path / "out").exists()  # refused before any row ran or the folder was made
+
+
+def _documented_row_fields():
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "benchmark-report.md").read_text()
+    table = doc.split("| row field | meaning |", 1)[1].split("\n\n", 1)[0]
+    return [name for line in table.splitlines()[2:] for name in re.findall(r"`([a-z0-9_]+)`", line.split(" | ")[0])]
+
+
+def test_a_row_round_trips_through_report_json_with_exactly_the_documented_fields():
+    row = _row(invalid="too fast", cpu_steal_share=0.01, flags=("overhead-bound",), verdicts=("overhead-bound: x; fix: y",),
+               compare={"status": "same", "ratio": 1.01, "noise_band": 0.05, "baseline_median_s": 0.0097})
+    text = json.dumps(row.to_json())
+    assert Row.from_json(json.loads(text)) == row  # tuples come back as tuples, every field as it was
+    assert list(row.to_json()) == [f.name for f in dataclasses.fields(Row)]  # JSON in the order declared
+    assert sorted(row.to_json()) == sorted(_documented_row_fields())  # docs/benchmark-report.md names each, no more
+    assert "compare" not in _row().to_json()  # only a compared row has one
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        row.ok = False
+    older = {k: v for k, v in row.to_json().items() if k not in ("invalid", "bandwidth_gbps", "speedup_vs_first", "compare")}
+    assert Row.from_json({**older, "from_a_later_version": 1}).invalid is None  # a report of another version still reads
+
+
+def test_run_benchmark_assembles_rows_in_the_schema_with_speedups_and_invalid_rows(monkeypatch):
+    from openclaw_dask.diagnostics import benchmark_run
+    from openclaw_dask.diagnostics.benchmark import run_benchmark
+    from openclaw_dask.diagnostics.benchmark_stats import rates
+
+    medians = iter([0.04, 0.08, 0.4, 0.02, 0.04, 0.2, 0.01, 0.02, 1e-9])  # serial, workers=1, workers=2 x 3 kernels
+    names = [f.name for f in dataclasses.fields(Row)]
+    measured = names[:names.index("config")]  # what _run_kernel gives; the rest is the configuration's and the run's
+
+    def kernel(session, name, size, repeat):
+        row = {k: v for k, v in _row(workload=name).to_json().items() if k in measured}
+        return {**row, **rates([next(medians)] * repeat, nbytes=2**20, flops=1e6, tasks=4.0)}
+
+    monkeypatch.setattr(benchmark_run, "_run_kernel", kernel)
+    monkeypatch.setattr(benchmark_run, "measure_bandwidth", lambda nbytes: {"1_thread": 5.0, "all_cores": 10.0})
+    report = run_benchmark(configurations([], ["parallel.workers=1,2"], {}), suite="smoke", repeat=2)
+    rows = report["rows"]
+    assert [(r["config"], r["workload"]) for r in rows] == [
+        (c, w) for c in ("serial", "workers=1", "workers=2") for w in ("array-sum", "elementwise", "matmul")]
+    assert all(list(r) == [f.name for f in dataclasses.fields(Row) if f.name != "compare"] for r in rows)
+    assert [round(r["speedup_vs_serial"], 6) for r in rows[3:6]] == [2.0, 2.0, 2.0]
+    assert [round(r["speedup_vs_first"], 6) for r in rows[6:8]] == [2.0, 2.0] and rows[3]["speedup_vs_first"] == 1.0
+    assert rows[8]["invalid"].startswith("1048576.0 GB/s is") and rows[8]["bandwidth_gbps"] == 10.0  # judged again: still 10
+    assert not any(r["invalid"] for r in rows[:8]) and rows[0]["efficiency_vs_bandwidth"] == rows[0]["gbps"] / 10.0
+    assert rows[0]["settings"]["parallel.enabled"] is False and rows[6]["settings"]["parallel.workers"] == 2
+    assert report["schema"] == SCHEMA and report["machine"]["bandwidth_gbps_all_cores"] == 10.0
+    assert [Row.from_json(json.loads(json.dumps(r))).to_json() for r in rows] == rows
 
 
 def test_a_limit_measured_under_load_is_measured_again_before_a_row_is_called_invalid():

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from openclaw_dask.errors import BackendUnavailable, ConfigError, RunError
+from openclaw_dask.errors import BackendUnavailable, ConfigError, ReportError, RunError
 from openclaw_dask.parts import Terminated
 
 __all__ = ["config_option", "fail", "force_option", "friendly", "load", "main", "overrides", "resolve_target", "set_option", "target_options",
@@ -76,6 +76,8 @@ def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(e), 2)
         except RunError as e:
             fail(str(e), 1)
+        except ReportError as e:
+            fail(str(e), e.exit_code)
         except KeyboardInterrupt:
             fail("interrupted", 130)
         except Terminated as e:

@@ -1,0 +1,179 @@
+"""Running a benchmark: each configuration's session runs the suite's kernels, timed and checked, into :class:`Row`.
+
+For every configuration and kernel: build the inputs on the workers (not timed), two warm-ups,
+then ``repeat`` timed runs; the result is checked against NumPy. A row faster than the memory
+bandwidth measured at the start of the run allows is judged again against fresh measurements
+and, if still faster, marked ``invalid`` (:func:`openclaw_dask.workloads.limits.judged`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import statistics
+import sys
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from openclaw_dask.loading import load_checked
+from openclaw_dask.config.model import plain as _plain
+from openclaw_dask.diagnostics.benchmark_configs import Configuration, unique_labels
+from openclaw_dask.diagnostics.benchmark_report import SCHEMA, BenchmarkReport, Row
+from openclaw_dask.diagnostics.benchmark_stats import percentiles, rates, with_speedups
+from openclaw_dask.errors import ConfigError
+from openclaw_dask.workloads.limits import STREAMED, hosts, judged, measure_bandwidth
+
+__all__ = ["run_benchmark"]
+
+
+def run_benchmark(
+    configs: list[Configuration],
+    *,
+    suite: str = "quick",
+    repeat: int = 5,
+    progress: Callable[[str], None] | None = None,
+    base_overrides: dict[str, Any] | None = None,
+) -> BenchmarkReport:
+    """Run ``suite`` for each configuration and for the serial baseline; return the report dict.
+
+    The serial baseline is the first configuration's file with ``base_overrides`` and
+    ``parallel.enabled: false``.
+
+    Raises
+    ------
+    ConfigError
+        ``suite`` is not a known suite.
+    """
+    from openclaw_dask.workloads.suite import SUITES
+
+    if suite not in SUITES:
+        raise ConfigError(f"--suite {suite}: unknown suite; use one of {', '.join(SUITES)}")
+    size, kernels = SUITES[suite]
+    say = progress or (lambda message: None)
+    say("measuring memory bandwidth")
+    bandwidth = measure_bandwidth(min(size, STREAMED))  # over the suite's input size: its caches count
+    serial = Configuration("serial", load_checked(configs[0].config.path, {**(base_overrides or {}), "parallel.enabled": False}))
+    labelled = unique_labels([serial, *configs])
+    rows = [row for conf in labelled for row in _run_configuration(conf, kernels, size, repeat, bandwidth["all_cores"], say)]
+    rows = with_speedups(rows, first=labelled[1].label)  # vs the first configuration given
+    return BenchmarkReport({
+        "schema": SCHEMA,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["openclaw", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("openclaw") else None,
+        "suite": suite,
+        "input_bytes": size,
+        "repeat": repeat,
+        **_environment(bandwidth),
+        "rows": [r.to_json() for r in rows],
+    })
+
+
+def _run_configuration(conf: Configuration, kernels: list[str], size: int, repeat: int, bandwidth: float,
+                       say: Callable[[str], None]) -> list[Row]:
+    """One session on ``conf``, each kernel a row, held to ``bandwidth`` GB/s per worker host."""
+    from openclaw_dask.session import Session
+
+    rows = []
+    with Session(conf.config).start() as s:
+        for name in kernels:
+            say(f"{conf.label}: {name}")
+            measured = _run_kernel(s, name, size, repeat)
+            limit, invalid = judged(measured["gbps"], bandwidth * hosts(s),
+                                    lambda: measure_bandwidth(min(size, STREAMED))["all_cores"] * hosts(s))
+            rows.append(Row(
+                **measured,
+                config=conf.label,
+                settings=_settings(conf),
+                workers=len(s.workers()) or 1,
+                threads=s.slots,
+                invalid=invalid,
+                bandwidth_gbps=limit,
+                efficiency_vs_bandwidth=measured["gbps"] / limit if measured["nbytes"] else None,
+            ))
+    return rows
+
+
+def _settings(conf: Configuration) -> dict[str, Any]:
+    """Every key that differs from the defaults, plus ``parallel.enabled``."""
+    config = conf.config
+    settings = {k: _plain(v) for k, v in config.items() if config.sources.get(k) != "default"}
+    settings["parallel.enabled"] = config.parallel.enabled
+    return settings
+
+
+def _cpu_steal_s() -> float | None:
+    """CPU seconds the hypervisor gave other guests, per core of this machine, since boot (None where the OS does not say)."""
+    import psutil
+
+    steal = getattr(psutil.cpu_times(), "steal", None)  # summed over the machine's cores
+    return None if steal is None else steal / (psutil.cpu_count() or 1)
+
+
+def _run_kernel(session: Any, name: str, size: int, repeat: int) -> dict[str, Any]:
+    """The measured fields of a row: kernel ``name`` warmed up twice, timed ``repeat`` times, checked, profiled."""
+    from openclaw_dask.diagnostics.analysis import analyze
+    from openclaw_dask.diagnostics.collect import collect
+    from openclaw_dask.workloads.suite import KERNELS
+
+    prepared = KERNELS[name](session, size)
+    try:
+        result = prepared.execute(session)  # warm-up, and the answer to check
+        # A second warm-up while that answer is held: memory grows to what a timed run needs beside it
+        # (else the first timed run pays the page faults, seen as a 2-4x outlier on big kernels).
+        prepared.execute(session)
+        stolen = _cpu_steal_s()
+        with collect(session) as record:
+            _, times = prepared.timed(session, repeat)
+        stolen = None if stolen is None else _cpu_steal_s() - stolen
+        reference, numpy_times = prepared.reference(session, runs=max(1, min(repeat, 3)))
+        verdict = prepared.check(session, result, reference)  # within the kernel's error bound (workloads.accuracy)
+    finally:
+        prepared.close()
+    first = prepared.inputs[0] if prepared.inputs else None
+    chunk = first.dtype.itemsize * math.prod(max(c) for c in first.chunks) if first is not None else None
+    report = analyze(record, chunk_hint=chunk)
+    measured = rates(times, nbytes=prepared.nbytes, flops=prepared.flops,
+                     tasks=len(record.tasks) / repeat)  # tasks that ran per run (inputs already in memory are not tasks)
+    numpy_s = statistics.median(numpy_times)
+    return {
+        "workload": name,
+        "ok": verdict.ok,
+        "check": verdict.text(),
+        **measured,
+        "task_latency_s": percentiles([t.duration for t in record.tasks]),
+        "numpy_1thread_s": numpy_s,
+        "speedup_vs_numpy_1thread": numpy_s / measured["median_s"],
+        "cpu_steal_share": None if stolen is None else stolen / sum(times),
+        "flags": tuple(sorted(report.kinds())),
+        "verdicts": tuple(f"{v.kind}: {v.summary}; fix: {v.fix}" for v in report.verdicts),
+    }
+
+
+def _environment(bandwidth: dict[str, float]) -> dict[str, Any]:
+    """The report's ``machine`` and ``versions``: what a reader needs to compare two reports."""
+    import dask
+    import distributed
+    import psutil
+
+    import openclaw_dask
+
+    return {
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "memory_bytes": int(psutil.virtual_memory().total),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "bandwidth_gbps_1_thread": bandwidth["1_thread"],
+            "bandwidth_gbps_all_cores": bandwidth["all_cores"],
+        },
+        "versions": {
+            "openclaw_dask": openclaw_dask.__version__,
+            "dask": dask.__version__,
+            "distributed": distributed.__version__,
+            "numpy": np.__version__,
+        },
+    }

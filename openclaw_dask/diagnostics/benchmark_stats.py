@@ -1,0 +1,63 @@
+"""The figures of a benchmark row: timing summaries, rates, latency percentiles, speedups and the noise band."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from openclaw_dask.diagnostics.benchmark_report import Row
+
+__all__ = ["MIN_NOISE", "noise_band", "percentiles", "rates", "spread", "status", "with_speedups"]
+
+MIN_NOISE = 0.05  # rows within 5% (or their own spread, if larger) count as the same
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    """``p50``, ``p95`` and ``p99`` of ``values`` (all 0 for none)."""
+    if not values:
+        return {"p50": 0.0, "p95": 0.0, "p99": 0.0}
+    return {f"p{q}": float(np.percentile(values, q)) for q in (50, 95, 99)}
+
+
+def rates(times: list[float], *, nbytes: int, flops: float, tasks: float) -> dict[str, Any]:
+    """A row's timing fields: the median, min, max and the runs, and GB/s, GFLOP/s and tasks/s at the median."""
+    median = statistics.median(times)
+    return {
+        "median_s": median,
+        "min_s": min(times),
+        "max_s": max(times),
+        "times_s": tuple(times),
+        "nbytes": nbytes,
+        "gbps": nbytes / median / 1e9,
+        "gflops": flops / median / 1e9,
+        "tasks": tasks,
+        "tasks_per_s": tasks / median,
+    }
+
+
+def with_speedups(rows: list[Row], first: str) -> list[Row]:
+    """``rows`` with ``speedup_vs_serial`` (over the ``serial`` row) and ``speedup_vs_first`` (over config ``first``)."""
+    serial = {r.workload: r.median_s for r in rows if r.config == "serial"}
+    firsts = {r.workload: r.median_s for r in rows if r.config == first}
+    return [replace(r, speedup_vs_serial=serial[r.workload] / r.median_s, speedup_vs_first=firsts[r.workload] / r.median_s)
+            for r in rows]
+
+
+def spread(row: dict[str, Any]) -> float:
+    """A row's own noise: (max - min) / median of its timed runs."""
+    return (row["max_s"] - row["min_s"]) / row["median_s"]
+
+
+def noise_band(row: dict[str, Any], baseline: dict[str, Any]) -> float:
+    """The larger of :data:`MIN_NOISE` and either row's :func:`spread`."""
+    return max(MIN_NOISE, spread(row), spread(baseline))
+
+
+def status(ratio: float, noise: float) -> str:
+    """``slower``, ``faster`` or ``same``: a median ``ratio`` (new over old) against the noise band."""
+    if ratio > 1 + noise:
+        return "slower"
+    return "faster" if ratio < 1 / (1 + noise) else "same"
