@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from openclaw_dask.loading import load_checked  # checked against its backend up front: a typo costs no run
 from openclaw_dask.config import Config
 from openclaw_dask.errors import ConfigError
+from openclaw_dask.loading import load_checked  # checked against its backend up front: a typo costs no run
 
 __all__ = ["Configuration", "configurations", "unique_labels"]
 

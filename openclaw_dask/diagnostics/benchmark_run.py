@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from openclaw_dask.loading import load_checked
 from openclaw_dask.config.model import plain as _plain
 from openclaw_dask.diagnostics.benchmark_configs import Configuration, unique_labels
 from openclaw_dask.diagnostics.benchmark_report import SCHEMA, BenchmarkReport, Row
 from openclaw_dask.diagnostics.benchmark_stats import percentiles, rates, with_speedups
 from openclaw_dask.errors import ConfigError
+from openclaw_dask.loading import load_checked
 from openclaw_dask.workloads.limits import STREAMED, hosts, judged, measure_bandwidth
 
 __all__ = ["run_benchmark"]
