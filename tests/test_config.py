@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
+import typing
 from pathlib import Path
 
 import pytest
@@ -25,7 +27,9 @@ from openclaw_dask.config.model import (
     MonitoringConfig,
     SecurityConfig,
 )
-from openclaw_dask.config.schema import TYPED_SECTIONS
+from openclaw_dask.config import values
+from openclaw_dask.config.model import setting
+from openclaw_dask.config.schema import SECTION_CLASSES, TYPED_SECTIONS, declared_keys, key_by_name
 from openclaw_dask.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,26 +45,83 @@ def write(tmp_path, text, name="openclaw_config.yaml"):
     return p
 
 
-# -- defaults, schema and dataclasses stay in step -------------------------------------
+# -- a key is declared once: its field; the rest is derived ----------------------------
 
 
-def test_defaults_file_schema_and_dataclasses_agree():
-    defaults = yaml.safe_load(default_config_text())
-    from_file = [f"{s}.{k}" for s in TYPED_SECTIONS for k in defaults[s]]
-    assert from_file == [k.dotted for k in KEYS]
-    assert list(defaults) == [*TYPED_SECTIONS, "dask"] and defaults["dask"] == {}
+def test_every_key_is_its_fields_declaration():
+    from openclaw_dask.config.loader import packaged_defaults
+    from openclaw_dask.config.model import Config
+    from openclaw_dask.config.reference import config_reference
+    from openclaw_dask.config.template import yaml_text
+
     classes = (ParallelConfig, ClusterConfig, GpuConfig, WorkloadConfig, IoConfig, ElasticConfig, KubernetesConfig, FaultToleranceConfig,
                MonitoringConfig, SecurityConfig)
-    for section, cls in zip(TYPED_SECTIONS, classes):
-        assert [f.name for f in dataclasses.fields(cls)] == [k.name for k in KEYS if k.section == section]
+    assert tuple(SECTION_CLASSES.values()) == classes and TYPED_SECTIONS == tuple(f.name for f in dataclasses.fields(Config))[:10]
+    assert [k.dotted for k in KEYS] == [f"{s}.{f.name}" for s, c in zip(TYPED_SECTIONS, classes) for f in dataclasses.fields(c)]
+    hints = {s: typing.get_type_hints(c) for s, c in zip(TYPED_SECTIONS, classes)}
+    docs, defaults = config_reference(), packaged_defaults()
+    for key in KEYS:
+        assert key.doc and key.coerce(key.default) == defaults.get(key.dotted), key.dotted  # the default is valid
+        assert f"| `{key.dotted}` | `{yaml_text(key.default)}` | {key.range} |" in docs, key.dotted
+        numeric = {int, float} & set(typing.get_args(hints[key.section][key.name]) or [hints[key.section][key.name]])
+        assert key.range or not numeric, f"{key.dotted} is a number without a range"
 
 
-def test_every_default_key_has_a_comment_above_it():
-    lines = default_config_text().splitlines()
-    for i, line in enumerate(lines):
-        m = re.match(r"^  (\w+):", line)
-        if m:
-            assert lines[i - 1].strip().startswith("#"), f"key {m.group(1)} has no comment"
+def test_adding_a_key_is_one_field():
+    extra = dataclasses.make_dataclass("Extra", [("knob", int, setting(values.integer(1, 9), 3, "turns\nthings"))], frozen=True)
+    fake = dataclasses.make_dataclass("Fake", [("parallel", ParallelConfig), ("extra", extra), ("dask", dict)], frozen=True)
+    knob = declared_keys(fake)[-1]
+    assert len(declared_keys(fake)) == len(dataclasses.fields(ParallelConfig)) + 1
+    assert (knob.dotted, knob.env, knob.default, knob.doc, knob.range) == ("extra.knob", "OPENCLAW_KNOB", 3, "turns\nthings", "1 to 9")
+    with pytest.raises(TypeError):  # a field without its setting() is no key: refused at import, not skipped
+        declared_keys(dataclasses.make_dataclass("Bare", [("extra", dataclasses.make_dataclass("E", [("x", int)]))]))
+
+
+def test_defaults_file_is_rendered_from_the_declarations():
+    text = default_config_text()
+    assert yaml.safe_load(text) == {**{s: {k.name: k.default for k in KEYS if k.section == s} for s in TYPED_SECTIONS}, "dask": {}}
+    lines = text.splitlines()
+    for key in KEYS:  # the help text is the comment right above the key
+        at = lines.index(f"  {key.name}: {lines[[i for i, x in enumerate(lines) if x.startswith(f'  {key.name}:')][0]].split(': ', 1)[1]}")
+        doc = key.doc.splitlines()
+        assert lines[at - len(doc):at] == [f"  # {line}" for line in doc], key.dotted
+
+
+def test_key_constants_are_the_declared_dotted_names():
+    from openclaw_dask.config import keys
+
+    assert keys.TASK_CHUNK_SIZE == "parallel.task_chunk_size" and keys.SIZE == "workload.size"
+    for name in keys.__all__:
+        assert getattr(keys, name) == key_by_name(name.lower()).dotted
+    with pytest.raises(LookupError, match="not a declared key"):
+        keys._dotted("task_chunk_sizes")
+
+
+def _strings(tree):
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                  ast.AsyncFunctionDef)) and ast.get_docstring(n, clean=False) is not None}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node, id(node) in docstrings
+
+
+# Modules that name keys through openclaw_dask.config.keys only (outside docstrings).
+KEYS_BY_CONSTANT = ("diagnostics/fixes.py", "diagnostics/tune.py", "diagnostics/analysis.py", "diagnostics/doctor.py", "cli/k8s.py")
+
+
+def test_no_string_names_a_key_that_is_not_declared():
+    pattern = re.compile(r"(?<![\w./-])(%s)\.([a-z_][a-z0-9_]*)\b" % "|".join(TYPED_SECTIONS))
+    stale, literal = [], []
+    for path in sorted((ROOT / "openclaw_dask").rglob("*.py")):
+        rel = path.relative_to(ROOT / "openclaw_dask").as_posix()
+        for node, is_doc in _strings(ast.parse(path.read_text())):
+            for m in pattern.finditer(node.value):
+                if key_by_name(m.group(0)) is None:
+                    stale.append(f"{rel}:{node.lineno} {m.group(0)}")
+                elif not is_doc and rel.startswith(KEYS_BY_CONSTANT):
+                    literal.append(f"{rel}:{node.lineno} {m.group(0)}")
+    assert not stale, f"strings name keys that are not declared: {stale}"
+    assert not literal, f"use openclaw_dask.config.keys for: {literal}"
 
 
 def test_key_names_are_unique_so_env_names_are():

@@ -26,5 +26,6 @@ def manifest(config_path: str | None, sets: tuple[str, ...]) -> None:
     to check it first); the dask-kubernetes operator must be installed in the cluster.
     """
     from openclaw_dask.cluster.kubernetes import manifest_yaml
+    from openclaw_dask.config.keys import BACKEND
 
-    click.echo(manifest_yaml(config_path, {**overrides(sets), "parallel.backend": "kubernetes"}), nl=False)
+    click.echo(manifest_yaml(config_path, {**overrides(sets), BACKEND: "kubernetes"}), nl=False)

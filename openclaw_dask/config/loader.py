@@ -13,16 +13,14 @@ import functools
 import logging
 import os
 from collections.abc import Iterable, Mapping
-from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
-from openclaw_dask.config import checks, model, reading
+from openclaw_dask.config import checks, reading
 from openclaw_dask.config.model import Config
-from openclaw_dask.config.schema import KEYS, SECTIONS, TYPED_SECTIONS, Invalid, key_by_name
+from openclaw_dask.config.schema import KEYS, SECTION_CLASSES, SECTIONS, Invalid, key_by_name
+from openclaw_dask.config.template import default_config_text
 from openclaw_dask.errors import REDACTED, ConfigError, format_value, shorten
 
 __all__ = ["DEFAULT_FILENAME", "default_config_text", "load_config", "parse_assignment", "write_default_config"]
@@ -33,11 +31,6 @@ RESERVED_ENV = frozenset({"OPENCLAW_CONFIG"})
 
 _Layer = dict[str, tuple[Any, str]]  # dotted key -> (raw value, source)
 logger = logging.getLogger("openclaw_dask.config")
-
-
-def default_config_text() -> str:
-    """The packaged defaults file: every key with its default and a comment."""
-    return resources.files("openclaw_dask.config").joinpath("defaults.yaml").read_text("utf-8")
 
 
 def write_default_config(path: str | os.PathLike[str] | None = None, *, force: bool = False) -> Path:
@@ -192,12 +185,8 @@ def _build(merged: _Layer, dask_cfg: dict[str, Any], file: Path | None) -> Confi
             values[key.dotted] = key.coerce(raw)
         except Invalid as e:  # a secret's value (a token?) is never echoed
             raise ConfigError(key=key.dotted, value=REDACTED if key.secret else raw, source=where, allowed=str(e)) from None
-    classes = {"parallel": model.ParallelConfig, "cluster": model.ClusterConfig, "gpu": model.GpuConfig,
-               "workload": model.WorkloadConfig, "io": model.IoConfig,
-               "elastic": model.ElasticConfig, "kubernetes": model.KubernetesConfig, "fault_tolerance": model.FaultToleranceConfig,
-               "monitoring": model.MonitoringConfig, "security": model.SecurityConfig}
     return Config(
-        **{name: classes[name](**{k.name: values[k.dotted] for k in KEYS if k.section == name}) for name in TYPED_SECTIONS},
+        **{name: cls(**{k.name: values[k.dotted] for k in KEYS if k.section == name}) for name, cls in SECTION_CLASSES.items()},
         dask=MappingProxyType(dask_cfg),
         sources=MappingProxyType({k: src for k, (_, src) in merged.items()}),
         path=file.resolve() if file is not None else None,
@@ -206,9 +195,8 @@ def _build(merged: _Layer, dask_cfg: dict[str, Any], file: Path | None) -> Confi
 
 @functools.cache
 def _default_layer() -> MappingProxyType[str, tuple[Any, str]]:
-    """The packaged defaults as a layer, parsed once (PyYAML takes ~20 ms to read them)."""
-    defaults = yaml.safe_load(default_config_text())
-    return MappingProxyType({f"{s}.{n}": (v, "default") for s in TYPED_SECTIONS for n, v in defaults[s].items()})
+    """The declared defaults as a layer."""
+    return MappingProxyType({k.dotted: (k.default, "default") for k in KEYS})
 
 
 @functools.cache

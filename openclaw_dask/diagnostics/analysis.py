@@ -23,6 +23,7 @@ import numpy as np
 from dask.utils import format_bytes, format_time, key_split
 
 from openclaw_dask.chunking import MAX_AUTO_CHUNK, min_auto_chunk
+from openclaw_dask.config.keys import BACKEND, MEMORY_LIMIT, TASK_CHUNK_SIZE
 from openclaw_dask.diagnostics.collect import ChunkLayout, RunRecord, TaskRecord
 
 __all__ = ["GroupStats", "ProfileReport", "Verdict", "WorkerStats", "analyze"]
@@ -230,7 +231,7 @@ def analyze(record: RunRecord, *, chunk_hint: int | None = None) -> ProfileRepor
 
 
 SKEW_FIX = ("make chunks uniform: rechunk the input (x.rechunk(...)) or build it with session.array/session.from_array, "
-            "which balance chunks from parallel.task_chunk_size")
+            f"which balance chunks from {TASK_CHUNK_SIZE}")
 
 
 def _skewed(sizes: Any) -> tuple[float, Any] | None:
@@ -476,11 +477,11 @@ def _imbalance(imbalance: dict[str, float], busy: float, lanes: dict[str, float]
     overrides: dict[str, Any] = {}
     target = ""
     if cause is None and smaller is not None:  # with a cause, the fix is in the user's code first
-        overrides = {"parallel.task_chunk_size": _size_text(smaller)}
-        target = f" to {overrides['parallel.task_chunk_size']}"
+        overrides = {TASK_CHUNK_SIZE: _size_text(smaller)}
+        target = f" to {overrides[TASK_CHUNK_SIZE]}"
     fix = (
         f"fix the {cause} first (see that verdict); then" if cause else "give the scheduler more, smaller tasks:"
-    ) + f" lower parallel.task_chunk_size{target} so each thread gets about ten chunks"
+    ) + f" lower {TASK_CHUNK_SIZE}{target} so each thread gets about ten chunks"
     return [
         Verdict(
             "load-imbalance",
@@ -515,8 +516,8 @@ def _overhead(record: RunRecord, by_group: dict[str, list[TaskRecord]], chunk_hi
     elif bigger is None:
         fix = "the chunks are as big as the threads allow; batch tiny items into fewer, bigger tasks, or fuse steps"
     else:
-        overrides = {"parallel.task_chunk_size": _size_text(bigger)}
-        fix = f"raise parallel.task_chunk_size to {overrides['parallel.task_chunk_size']} (or to auto); batch tiny items into fewer, bigger tasks"
+        overrides = {TASK_CHUNK_SIZE: _size_text(bigger)}
+        fix = f"raise {TASK_CHUNK_SIZE} to {overrides[TASK_CHUNK_SIZE]} (or to auto); batch tiny items into fewer, bigger tasks"
     return [
         Verdict(
             "overhead-bound",
@@ -550,9 +551,9 @@ def _memory_fix(w: WorkerStats, chunk_hint: int | None) -> tuple[str, dict[str, 
     """
     if chunk_hint and (not w.memory_limit or 2 * w.nthreads * chunk_hint >= MEMORY_CHUNK_SHARE * w.memory_limit):
         half = _size_text(chunk_hint / 2)
-        return (f"lower parallel.task_chunk_size to {half} so fewer bytes are in flight per thread, "
-                "raise cluster.memory_limit, or run fewer workers per host"), {"parallel.task_chunk_size": half}
-    return ("raise cluster.memory_limit, run fewer workers per host, or lower parallel.task_chunk_size "
+        return (f"lower {TASK_CHUNK_SIZE} to {half} so fewer bytes are in flight per thread, "
+                f"raise {MEMORY_LIMIT}, or run fewer workers per host"), {TASK_CHUNK_SIZE: half}
+    return (f"raise {MEMORY_LIMIT}, run fewer workers per host, or lower {TASK_CHUNK_SIZE} "
             "so fewer bytes are in flight per thread"), {}
 
 
@@ -595,7 +596,7 @@ def _transfer(tasks: list[TaskRecord], workers: list[WorkerStats], *, shareable:
     moved = sum(w.bytes_in for w in workers)
     if compute <= 0 or transfer <= TRANSFER_FRACTION * compute or moved < 2**20:
         return []
-    fix = "keep data where it is used: " + ("set parallel.backend to thread (workers share memory), " if shareable else "")
+    fix = "keep data where it is used: " + (f"set {BACKEND} to thread (workers share memory), " if shareable else "")
     return [
         Verdict(
             "transfer-bound",
@@ -603,6 +604,6 @@ def _transfer(tasks: list[TaskRecord], workers: list[WorkerStats], *, shareable:
             f"{transfer / compute:.0%} of compute time",
             {"transfer_s": round(transfer, 4), "compute_s": round(compute, 4), "bytes_moved": moved},
             fix + "chunk along the axis your operations reduce, or persist inputs before reusing them",
-            {"parallel.backend": "thread"} if shareable else {},
+            {BACKEND: "thread"} if shareable else {},
         )
     ]

@@ -22,6 +22,8 @@ from typing import Any
 
 import psutil
 
+from openclaw_dask.config.keys import LOCAL_DIRECTORY, MAX_SPILL, MEMORY_LIMIT, SCHEDULER_ADDRESS, WORKERS
+
 __all__ = ["GUIDE_WORKER_MEMORY", "Check", "DoctorReport", "doctor"]
 
 GUIDE_WORKER_MEMORY = 2 * 10**9  # the guide: about 2 GB per worker process
@@ -82,7 +84,7 @@ def check_cores(config: Any) -> list[Check]:
     found = f"{what} = {demand} on {physical} physical / {logical} logical cores"
     if demand > logical:
         return [Check("cores", "warn", f"oversubscribed: {found}",
-                      f"lower parallel.workers so workers x threads x omp_threads <= {logical} (lscpu shows the cores)")]
+                      f"lower {WORKERS} so workers x threads x omp_threads <= {logical} (lscpu shows the cores)")]
     return [Check("cores", "ok", found)]
 
 
@@ -97,17 +99,17 @@ def check_memory(config: Any) -> list[Check]:
     found = f"{_gb(limit)} per worker process x {procs} (memory_limit {config.cluster.memory_limit}); {_gb(vm.available)} of {_gb(vm.total)} available"
     if limit * procs > vm.total:
         rows.append(Check("memory", "fail", f"workers may hold more than the machine has: {found}",
-                          "lower cluster.memory_limit or parallel.workers"))
+                          f"lower {MEMORY_LIMIT} or {WORKERS}"))
     elif limit < GUIDE_WORKER_MEMORY:
         rows.append(Check("memory", "warn", f"under the ~2 GB per worker the guide advises: {found}",
-                          "fewer, bigger worker processes (parallel.workers), or more memory"))
+                          f"fewer, bigger worker processes ({WORKERS}), or more memory"))
     else:
         rows.append(Check("memory", "ok", found))
     folder = str(named_folder(config) or tempfile.gettempdir())
     free = shutil.disk_usage(folder if os.path.isdir(folder) else os.path.dirname(folder) or ".").free
     status = "warn" if free < GUIDE_WORKER_MEMORY else "ok"
-    rows.append(Check("disk", status, f"{_gb(free)} free for spilling in {folder} (cluster.max_spill {config.cluster.max_spill})",
-                      "free space there or set cluster.local_directory to a bigger disk" if status == "warn" else ""))
+    rows.append(Check("disk", status, f"{_gb(free)} free for spilling in {folder} ({MAX_SPILL} {config.cluster.max_spill})",
+                      f"free space there or set {LOCAL_DIRECTORY} to a bigger disk" if status == "warn" else ""))
     return rows
 
 
@@ -198,7 +200,7 @@ def _port_check(config: Any, host: str) -> Check:
             bound = server.getsockname()[1]
     except OSError as e:
         return Check("port", "fail", f"cannot bind and connect to {host}:{port} ({e.strerror or e})",
-                     "free the port, pick another in cluster.scheduler_address, or open the firewall on that interface")
+                     f"free the port, pick another in {SCHEDULER_ADDRESS}, or open the firewall on that interface")
     return Check("port", "ok", f"bound and connected to {host}:{bound}" + ("" if port else " (a free port)"))
 
 

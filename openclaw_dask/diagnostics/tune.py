@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
+from openclaw_dask.config.keys import BACKEND, HYBRID, OMP_THREADS, TASK_CHUNK_SIZE, WORKERS
+
 __all__ = ["FINAL_SAMPLES", "MIN_SAMPLES", "Trial", "TuneResult", "candidates", "measure", "tune", "tuned_config"]
 
 FINAL_SAMPLES = 5
@@ -91,17 +93,17 @@ def candidates(config: Any, cores: int) -> list[dict[str, Any]]:
     """The grid to search, as override dicts (pure): engine shapes x chunk sizes, without repeats."""
     half = max(1, cores // 2)
     shapes: list[dict[str, Any]] = [  # auto: all cores (process: cores // omp_threads processes)
-        {"parallel.backend": "thread", "parallel.workers": "auto"},
-        {"parallel.backend": "process", "parallel.workers": "auto", "parallel.omp_threads": 1},
+        {BACKEND: "thread", WORKERS: "auto"},
+        {BACKEND: "process", WORKERS: "auto", OMP_THREADS: 1},
     ]
     if half < cores:
-        shapes += [{"parallel.backend": "thread", "parallel.workers": half},
-                   {"parallel.backend": "process", "parallel.workers": half, "parallel.omp_threads": 2},
-                   {"parallel.backend": "process", "parallel.workers": half, "parallel.hybrid": True, "parallel.omp_threads": 2}]
+        shapes += [{BACKEND: "thread", WORKERS: half},
+                   {BACKEND: "process", WORKERS: half, OMP_THREADS: 2},
+                   {BACKEND: "process", WORKERS: half, HYBRID: True, OMP_THREADS: 2}]
     out, seen = [], set()
     for shape in shapes:
         for chunk in CHUNKS:
-            changed = {k: v for k, v in {**shape, "parallel.task_chunk_size": chunk}.items() if str(config.get(k)) != str(v)}
+            changed = {k: v for k, v in {**shape, TASK_CHUNK_SIZE: chunk}.items() if str(config.get(k)) != str(v)}
             key = tuple(sorted((k, str(v)) for k, v in changed.items()))
             if changed and key not in seen:  # the current config itself is the baseline trial
                 seen.add(key)
