@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -53,7 +53,7 @@ class Key:
     section: str
     name: str
     coerce: Callable[[Any], Any]
-    default: Any = None
+    default: Any = field(default=None, hash=False)  # may be [] or {}
     doc: str = ""
     secret: bool = False
 
