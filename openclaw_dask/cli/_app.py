@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from openclaw_dask.config.keys import SIZE, WORKERS
 from openclaw_dask.errors import BackendUnavailable, ConfigError, ReportError, RunError
 from openclaw_dask.parts import Terminated
 
@@ -92,7 +93,7 @@ def overrides(sets: tuple[str, ...], size: str | None = None) -> dict[str, Any]:
 
     out = dict(parse_assignment(s) for s in sets)
     if size is not None:
-        out["workload.size"] = size
+        out[SIZE] = size
     return out
 
 
@@ -109,7 +110,7 @@ config_option = click.option(
 )
 set_option = click.option(
     "--set", "-s", "sets", multiple=True, metavar="KEY=VALUE",
-    help="Override a key, e.g. --set parallel.workers=2 (repeatable; beats env and file).",
+    help=f"Override a key, e.g. --set {WORKERS}=2 (repeatable; beats env and file).",
 )
 
 
@@ -148,7 +149,7 @@ def main() -> None:
 
 def target_options(func: Any) -> Any:
     """What ``run`` and ``profile`` share: a workload or script, its arguments, config, --set, --size."""
-    func = click.option("--size", default=None, help="Input size of a built-in workload, e.g. 2GiB (workload.size).")(func)
+    func = click.option("--size", default=None, help=f"Input size of a built-in workload, e.g. 2GiB ({SIZE}).")(func)
     func = set_option(config_option(func))
     func = click.argument("script_args", nargs=-1, type=click.UNPROCESSED)(func)
     func = click.argument("target", required=False, default="array-sum")(func)
