@@ -107,7 +107,7 @@ def _strings(tree):
 
 # Modules that name keys through openclaw_dask.config.keys only (outside docstrings).
 KEYS_BY_CONSTANT = ("diagnostics/fixes.py", "diagnostics/tune.py", "diagnostics/analysis.py", "diagnostics/doctor.py", "cli/k8s.py",
-                    "cli/_app.py")
+                    "cli/_app.py", "workloads/")
 
 
 def test_no_string_names_a_key_that_is_not_declared():

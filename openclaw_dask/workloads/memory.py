@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from openclaw_dask.cluster.stall import configured_max_spill
+from openclaw_dask.config.keys import MAX_SPILL, MEMORY_LIMIT, SIZE
 from openclaw_dask.errors import ConfigError
 
 __all__ = ["FIT_SHARE", "Capacity", "capacity", "require_memory", "session_memory"]
@@ -126,22 +127,22 @@ def require_memory(session: Any, nbytes: int, *, chunk: int = 0) -> None:
         memory = session_memory(session)
         if memory is not None and nbytes > FIT_SHARE * memory:
             raise ConfigError(
-                f"workload.size = {fb(nbytes)} does not fit in memory: this session's {len(session.workers()) or 1} worker(s) "
+                f"{SIZE} = {fb(nbytes)} does not fit in memory: this session's {len(session.workers()) or 1} worker(s) "
                 f"hold {fb(memory)}, {FIT_SHARE:.0%} of it usable ({fb(int(FIT_SHARE * memory))})",
-                key="workload.size", hint="lower --size, add workers, or raise cluster.memory_limit",
+                key=SIZE, hint=f"lower --size, add workers, or raise {MEMORY_LIMIT}",
             )
         return
     if nbytes <= room.total:
         return
     if room.spill:
-        spill = f"and may spill {fb(room.spill)} (cluster.max_spill)"
+        spill = f"and may spill {fb(room.spill)} ({MAX_SPILL})"
     elif room.max_spill:
-        spill = f"and can spill no chunk of {fb(chunk)} (cluster.max_spill: {fb(room.max_spill)} per worker)"
+        spill = f"and can spill no chunk of {fb(chunk)} ({MAX_SPILL}: {fb(room.max_spill)} per worker)"
     else:
         spill = "and spill nothing"
     raise ConfigError(
-        f"workload.size = {fb(nbytes)} does not fit: this session's {room.workers} worker(s) have "
-        f"{fb(room.limits)} of cluster.memory_limit, take {fb(room.memory)} before they pause "
+        f"{SIZE} = {fb(nbytes)} does not fit: this session's {room.workers} worker(s) have "
+        f"{fb(room.limits)} of {MEMORY_LIMIT}, take {fb(room.memory)} before they pause "
         f"({room.pause:.0%} of it, less {fb(room.used)} their processes hold already and a chunk per thread) {spill}",
-        key="workload.size", hint="lower --size, add workers, or raise cluster.memory_limit or cluster.max_spill",
+        key=SIZE, hint=f"lower --size, add workers, or raise {MEMORY_LIMIT} or {MAX_SPILL}",
     )
