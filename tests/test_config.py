@@ -17,6 +17,7 @@ from openclaw_dask.config import (
     ParallelConfig,
     WorkloadConfig,
     default_config_text,
+    values,
 )
 from openclaw_dask.config.model import (
     ElasticConfig,
@@ -26,9 +27,8 @@ from openclaw_dask.config.model import (
     KubernetesConfig,
     MonitoringConfig,
     SecurityConfig,
+    setting,
 )
-from openclaw_dask.config import values
-from openclaw_dask.config.model import setting
 from openclaw_dask.config.schema import SECTION_CLASSES, TYPED_SECTIONS, declared_keys, key_by_name
 from openclaw_dask.errors import ConfigError
 
@@ -82,7 +82,7 @@ def test_defaults_file_is_rendered_from_the_declarations():
     assert yaml.safe_load(text) == {**{s: {k.name: k.default for k in KEYS if k.section == s} for s in TYPED_SECTIONS}, "dask": {}}
     lines = text.splitlines()
     for key in KEYS:  # the help text is the comment right above the key
-        at = lines.index(f"  {key.name}: {lines[[i for i, x in enumerate(lines) if x.startswith(f'  {key.name}:')][0]].split(': ', 1)[1]}")
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"  {key.name}: "))
         doc = key.doc.splitlines()
         assert lines[at - len(doc):at] == [f"  # {line}" for line in doc], key.dotted
 
@@ -111,7 +111,8 @@ KEYS_BY_CONSTANT = ("diagnostics/fixes.py", "diagnostics/tune.py", "diagnostics/
 
 
 def test_no_string_names_a_key_that_is_not_declared():
-    pattern = re.compile(r"(?<![\w./-])(%s)\.([a-z_][a-z0-9_]*)\b(?!\.\w)" % "|".join(TYPED_SECTIONS))  # not kubernetes.dask.org
+    sections = "|".join(TYPED_SECTIONS)
+    pattern = re.compile(rf"(?<![\w./-])({sections})\.([a-z_][a-z0-9_]*)\b(?!\.\w)")  # (?!\.\w): not kubernetes.dask.org
     stale, literal = [], []
     for path in sorted((ROOT / "openclaw_dask").rglob("*.py")):
         rel = path.relative_to(ROOT / "openclaw_dask").as_posix()

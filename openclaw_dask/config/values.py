@@ -342,5 +342,4 @@ def log_level(v: Any) -> str:
 
 
 # Its range is SOCKET_BUFFER_RANGE, checked with the other socket rules in checks.py.
-socket_buffer_size = ranged(size(1, 2**40, none=True), "{}KiB to {}MiB".format(
-    SOCKET_BUFFER_RANGE[0] // KiB, SOCKET_BUFFER_RANGE[1] // MiB))
+socket_buffer_size = ranged(size(1, 2**40, none=True), f"{SOCKET_BUFFER_RANGE[0] // KiB}KiB to {SOCKET_BUFFER_RANGE[1] // MiB}MiB")
