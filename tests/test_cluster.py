@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import openclaw_dask
-from openclaw_dask.cluster import available_backends, get_backend, load_for_backend as load_config
+from openclaw_dask.cluster import available_backends, get_backend
+from openclaw_dask.cluster import load_for_backend as load_config
 from openclaw_dask.cluster.local import ProcessBackend
 from openclaw_dask.errors import BackendUnavailable, ClusterStartError, ConfigError, OpenclawError
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import openclaw_dask
-from openclaw_dask.cluster import get_backend, load_for_backend as load_config
+from openclaw_dask.cluster import get_backend
+from openclaw_dask.cluster import load_for_backend as load_config
 from openclaw_dask.cluster.security import security_for
 from openclaw_dask.errors import BackendUnavailable, ClusterStartError, ConfigError
 from tests.conftest import dask_deployment
@@ -212,9 +213,11 @@ def test_tls_client_against_a_plain_in_process_scheduler_is_refused_clearly(cert
 
 def test_certificates_turn_auto_into_tls_with_one_security_for_cluster_and_client(certs):
     for backend in ("thread", "process"):
-        kw = plan(cfg(backend=backend, **certs))
+        config = cfg(backend=backend, **certs)
+        kw = plan(config)
         assert kw["protocol"] == "tls"
-        sec = kw["security"]
+        assert kw["security"] == {**certs, "require_encryption": False}  # the plan names the files; start makes the object
+        sec = security_for(config)
         assert sec.tls_ca_file == certs["ca_file"] and sec.require_encryption is False
         assert sec.tls_scheduler_cert == sec.tls_worker_cert == sec.tls_client_cert == certs["cert_file"]
         assert sec.tls_scheduler_key == sec.tls_worker_key == sec.tls_client_key == certs["key_file"]

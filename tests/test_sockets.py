@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import openclaw_dask
-from openclaw_dask.cluster import load_for_backend as load_config, sockets
+from openclaw_dask.cluster import load_for_backend as load_config
+from openclaw_dask.cluster import sockets
 from openclaw_dask.cluster.settings import dask_settings
 from openclaw_dask.errors import ConfigError
 

@@ -48,11 +48,11 @@ def config() -> None:
 @friendly
 def config_show(config_path: str | None, sets: tuple[str, ...], as_json: bool) -> None:
     """Print the effective value of every key and where it came from."""
-    from openclaw_dask.cluster import backend_for
+    from openclaw_dask.cluster.registry import declared_for
 
     cfg = load(config_path, sets)
     rows = config_rows(cfg)
-    computed = backend_for(cfg).describe(cfg)  # e.g. the cuda backend's byte limits per GPU
+    computed = declared_for(cfg).describe(cfg)  # e.g. the cuda backend's byte limits per GPU
     if as_json:
         out: dict[str, Any] = {k: {"value": v, "source": src} for k, v, src in rows}
         click.echo(json.dumps({**out, "computed": computed} if computed else out, indent=2))

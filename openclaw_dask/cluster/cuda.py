@@ -127,6 +127,8 @@ class CudaBackend(ProcessBackend):
         super().available(config)
 
     def describe(self, config: Config) -> list[str]:
+        if not discover().devices:
+            return ["no GPU on this machine: the per-GPU limits are worked out where the cluster starts"]
         return self.gpu_plan(config).describe()
 
     def gpu_plan(self, config: Config) -> GpuPlan:
@@ -134,6 +136,8 @@ class CudaBackend(ProcessBackend):
 
     def check(self, config: Config) -> None:
         super().check(config)
+        if not discover().devices:  # a config is checked anywhere; the GPUs are counted where it starts (available)
+            return
         plan = self.gpu_plan(config)
         if plan.fraction > FRACTION_ADVISED:
             logger.warning("parallel.gpu_memory_fraction = %g is above the %g the guide advises per process: "

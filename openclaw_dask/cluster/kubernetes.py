@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.base import Backend, Capabilities, RunningCluster
+from openclaw_dask.cluster.k8s_template import make_cluster_spec
 from openclaw_dask.cluster.plugins import blas_env, task_threads
 from openclaw_dask.config import changed_from_defaults
 from openclaw_dask.errors import ClusterStartError, ConfigError
@@ -82,16 +83,10 @@ def _worker(config: Config) -> tuple[str, list[str], dict[str, Any]]:
 
 
 def cluster_spec(config: Config) -> dict[str, Any]:
-    """The ``DaskCluster`` resource of ``config`` (pure: dask-kubernetes' own template, then openclaw's settings).
+    """The ``DaskCluster`` resource of ``config`` (pure: dask-kubernetes' template, then openclaw's settings).
 
-    Raises
-    ------
-    BackendUnavailable
-        dask-kubernetes is not installed (``pip install 'openclaw-dask[k8s]'``).
+    Needs nothing of dask-kubernetes: the template is :mod:`~openclaw_dask.cluster.k8s_template`.
     """
-    KubernetesBackend().available()
-    from dask_kubernetes.operator import make_cluster_spec
-
     k = config.kubernetes
     env = _env(config)
     command, args, resources = _worker(config)

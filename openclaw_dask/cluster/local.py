@@ -33,7 +33,7 @@ except ImportError:  # pragma: no cover - older dask
 from openclaw_dask.cluster.base import Backend, Capabilities, Engine, RunningCluster
 from openclaw_dask.cluster.network import bind_host, dashboard_address, http_address, http_host, protocol, require_http_port
 from openclaw_dask.cluster.plugins import BlasThreads, blas_threads, task_threads, worker_processes
-from openclaw_dask.cluster.security import security_for
+from openclaw_dask.cluster.security import security_for, tls_plan
 from openclaw_dask.errors import ClusterStartError, ConfigError
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ class LocalBackend(Backend):
         }
         if c.memory_limit != "auto":
             kwargs["memory_limit"] = c.memory_limit
-        security = security_for(config)
+        security = tls_plan(config)  # plain data: the Security object is made at start
         if security is not None:
             kwargs["security"] = security
         if kwargs["protocol"] == "inproc" or web != host:
@@ -102,6 +102,8 @@ class LocalBackend(Backend):
         from distributed import Client
 
         kwargs = self.plan(config)
+        if "security" in kwargs:  # one Security for the cluster and its client
+            kwargs["security"] = security_for(config)
         _warn_oversubscribed(kwargs["n_workers"] * max(kwargs["threads_per_worker"], blas_threads(config)))
         http = kwargs["scheduler_kwargs"]["dashboard_address"]
         require_http_port(config, http)  # a fixed port that is taken: one line, not another port

@@ -9,6 +9,7 @@ cluster. Relative paths start at the folder of the config file that names them.
 
 from __future__ import annotations
 
+import importlib.util
 import ssl
 from typing import TYPE_CHECKING, Any
 
@@ -19,9 +20,11 @@ if TYPE_CHECKING:
 
     from openclaw_dask.config import Config
 
-__all__ = ["certificate_files", "security_for", "tls_settings"]
+__all__ = ["certificate_files", "security_for", "tls_plan", "tls_settings"]
 
 _ROLES = ("client", "scheduler", "worker")
+_NO_CRYPTOGRAPHY = ("security.temporary_certificates = true needs the cryptography package, which is not installed; "
+                    "run: pip install 'openclaw-dask[tls]'")
 
 
 def _path(config: Config, dotted: str) -> str | None:
@@ -69,6 +72,32 @@ def _reason(error: OSError) -> str:
     return getattr(error, "reason", None) or error.strerror or str(error)
 
 
+def tls_plan(config: Config) -> dict[str, Any] | None:
+    """The TLS a cluster of ``config`` will use, as plain data (files checked, nothing made); ``None`` when off.
+
+    ``{"ca_file", "cert_file", "key_file", "require_encryption"}`` for certificate files, or
+    ``{"temporary_certificates": True, "require_encryption"}``: :func:`security_for` makes the
+    :class:`~distributed.security.Security` of it when the cluster starts.
+
+    Raises
+    ------
+    BackendUnavailable
+        ``temporary_certificates`` without the ``cryptography`` package.
+    ConfigError
+        A certificate file is missing or unusable.
+    """
+    s = config.security
+    if not s.enabled:
+        return None
+    if s.temporary_certificates:
+        if importlib.util.find_spec("cryptography") is None:
+            raise BackendUnavailable(_NO_CRYPTOGRAPHY)
+        return {"temporary_certificates": True, "require_encryption": s.require_encryption}
+    files = certificate_files(config)
+    assert files is not None
+    return {"ca_file": files[0], "cert_file": files[1], "key_file": files[2], "require_encryption": s.require_encryption}
+
+
 def security_for(config: Config) -> Security | None:
     """The :class:`distributed.security.Security` for ``config``, or ``None`` when TLS is off.
 
@@ -98,10 +127,7 @@ def security_for(config: Config) -> Security | None:
         try:
             import cryptography  # noqa: F401  (Security.temporary() needs it)
         except ImportError:
-            raise BackendUnavailable(
-                "security.temporary_certificates = true needs the cryptography package, which is not installed; "
-                "run: pip install 'openclaw-dask[tls]'"
-            ) from None
+            raise BackendUnavailable(_NO_CRYPTOGRAPHY) from None
         security = Security.temporary()
         security.require_encryption = s.require_encryption  # temporary() always says True
         return security
