@@ -135,3 +135,25 @@ def test_adaptive_maps_onto_the_operator_autoscaler_and_stops_at_the_configured_
     assert cluster.calls == [("adapt", {"minimum": 2, "maximum": 20})]
     adaptive.stop()  # scaling to a fixed size deletes the DaskAutoscaler
     assert cluster.calls[-1] == ("scale", 8)
+
+
+
+def test_openclaws_template_is_the_resource_dask_kubernetes_writes():
+    """In a child process: importing dask-kubernetes adds to dask's configuration."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("dask_kubernetes") is None:
+        pytest.skip("compares with dask-kubernetes' own template: pip install 'openclaw-dask[k8s]'")
+    code = """
+from dask_kubernetes.operator import make_cluster_spec as theirs
+from openclaw_dask.cluster.k8s_template import make_cluster_spec as ours
+for command, service in (("dask worker", "ClusterIP"), ("dask cuda worker", "LoadBalancer")):
+    kw = {"name": "c", "image": "img:1", "n_workers": 3, "env": {"A": "1", "B": "2"}, "worker_command": command,
+          "resources": {"limits": {"cpu": "2"}}, "scheduler_service_type": service}
+    assert ours(**kw) == theirs(**kw), (ours(**kw), theirs(**kw))
+print("same")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert r.stdout.strip() == "same", r.stderr[-2000:]
