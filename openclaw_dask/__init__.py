@@ -6,8 +6,8 @@
 ...     s.compute(x.mean())
 
 Beyond one graph (:mod:`openclaw_dask.dataflow`): :func:`pipeline` streams micro-batches
-through stages, :func:`iterate` synchronises every ``sync_interval`` steps, :func:`map`
-batches many small calls; :mod:`openclaw_dask.io` reads files as chunked arrays.
+through stages, :func:`iterate` synchronises every ``sync_interval`` steps, :func:`dataflow.map <openclaw_dask.dataflow.map>`
+batches many small calls (also ``openclaw_dask.map``); :mod:`openclaw_dask.io` reads files as chunked arrays.
 """
 
 from __future__ import annotations

@@ -7,8 +7,6 @@ session first and are also :class:`~openclaw_dask.Session` methods (``s.array(..
 
 from __future__ import annotations
 
-import itertools
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -27,14 +25,8 @@ FILLS = ("arange", "random", "noise", "zeros", "ones")
 
 def chunk_plan(session: Any, shape: tuple[int, ...], dtype: Any = "float64") -> ChunkPlan:
     """The chunks :func:`chunks` would choose for ``session``, with the reason (see :mod:`openclaw_dask.chunking`)."""
-    workers = list(session.workers().values())
     p = session.config.parallel
-    memory = min((w.get("memory_limit") or 0 for w in workers), default=0) or None
-    threads = max((w["nthreads"] for w in workers), default=1)
-    if not session.engine.distributed:  # a local engine: this machine's memory, shared by its task threads
-        import psutil
-
-        memory, threads = psutil.virtual_memory().total, session.slots
+    memory, threads = session.running.worker_memory()
     return plan_chunks(
         tuple(shape), dtype, task_chunk_size=p.task_chunk_size, strategy=p.strategy, slots=session.slots,
         task_overhead_s=session.engine.task_overhead_s, worker_memory=memory, threads_per_worker=threads,
@@ -144,18 +136,6 @@ def from_array(session: Any, x: Any) -> da.Array:
     if isinstance(x, da.Array):
         return _on_device(session, x.rechunk(session.chunks(x.shape, x.dtype)))
     chunks = session.chunks(x.shape, x.dtype)
-    if not isinstance(x, np.ndarray) or not session.engine.distributed:
+    if not isinstance(x, np.ndarray):
         return _on_device(session, da.from_array(x, chunks=chunks))
-    return _on_device(session, _scatter_blocks(session.client, x, chunks))
-
-
-def _scatter_blocks(client: Any, x: np.ndarray, chunks: tuple[tuple[int, ...], ...]) -> da.Array:
-    import dask.array as da
-
-    starts = [np.cumsum((0,) + c[:-1]) for c in chunks]
-    index = list(itertools.product(*(range(len(c)) for c in chunks)))
-    blocks = [x[tuple(slice(starts[a][i], starts[a][i] + chunks[a][i]) for a, i in enumerate(idx))] for idx in index]
-    futures = client.scatter(blocks, hash=False)
-    name = f"openclaw-scattered-{uuid.uuid4().hex}"
-    dsk = {(name, *idx): f for idx, f in zip(index, futures)}
-    return da.Array(dsk, name, chunks, dtype=x.dtype, meta=np.empty((0,) * x.ndim, dtype=x.dtype))
+    return _on_device(session, session.running.from_numpy(x, chunks))  # scattered block by block to a cluster's workers

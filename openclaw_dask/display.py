@@ -53,15 +53,13 @@ def _host_memory() -> str:
 
 
 def _dashboard(s: Any) -> str:
-    client = s._client if s.started and not s.closed else None
-    if client is None or not s.config.cluster.dashboard:
-        return ""
-    return str(client.dashboard_link)
+    link = s.running.dashboard_link if s.running is not None and not s.closed else None
+    return link or ""
 
 
 def _recovery(s: Any) -> str:
     retries = s.config.fault_tolerance.retries
-    if not s.started or s.closed or s._client is None:
+    if s.running is None or s.closed or not s.running.can_lose_workers:
         return f"retries {retries}; no workers to lose"
     try:
         r = s.recovery()

@@ -48,7 +48,7 @@ class Elastic:
         held = session.client.run_on_scheduler(_bytes_per_worker)
         before = set(held)
         t0 = time.perf_counter()
-        settled = session.backend.scale(session, n)
+        settled = session.running.scale(n)
         timeout = session.config.parallel.timeout
         deadline = time.monotonic() + timeout
         # also until the cluster agrees: a resize right after must not race the retired workers' shutdown
@@ -68,7 +68,7 @@ class Elastic:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ResizeError(f"resize_workers({n!r}): the number of workers must be an integer >= 1")
         backend = session.backend
-        if not backend.capabilities.resize or session.running is None or session.running.cluster is None:
+        if not backend.capabilities.resize or session.running is None or session.running.cluster is None:  # joined, not started
             from openclaw_dask.cluster.rules import able
 
             raise ResizeError(f"resize_workers({n}) refused: backend {backend.name} {backend.refusal('resize')}; "

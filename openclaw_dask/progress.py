@@ -31,22 +31,7 @@ def bar(description: str, total: int | None, enabled: bool) -> Iterator[Any]:
 
 def track_persist(session: Any, collection: Any, description: str, *, show: bool) -> Any:
     """Persist ``collection`` in ``session`` and wait for it, with a bar per finished task."""
-    if session.engine.distributed:
-        from distributed import as_completed, futures_of
-
-        persisted = session.client.persist(collection)
-        futures = futures_of(persisted)
-        with bar(description, len(futures), show) as advance:
-            for future in as_completed(futures):
-                if future.status == "error":  # raise the first task error now; never gather the data itself
-                    future.result()
-                advance()
-        return persisted
-
-    from dask.callbacks import Callback
-
-    with bar(description, len(collection.__dask_graph__()), show) as advance, Callback(posttask=lambda *a: advance()):
-        return session.persist(collection)
+    return session.running.persist(collection, progress=lambda total: bar(description, total, show))
 
 
 @contextmanager

@@ -7,6 +7,7 @@
 
 A session is built from parts (:meth:`Session.start`), each taken on one
 :class:`contextlib.ExitStack`: closing undoes them in the reverse order, by construction.
+What runs its graphs is a :class:`~openclaw_dask.cluster.RunningCluster`; the session delegates to it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from openclaw_dask import arrays, display, parts
 from openclaw_dask.cluster import backend_for, check
-from openclaw_dask.cluster.stall import stall_watch
 from openclaw_dask.config import Config, load_config
 from openclaw_dask.elastic import Elastic, ResizeResult
 from openclaw_dask.errors import OpenclawError
@@ -52,7 +52,7 @@ class Session:
         What runs its graphs (a distributed cluster, or dask's threaded or synchronous
         scheduler in this process) and why.
     running : openclaw_dask.cluster.RunningCluster or None
-        The started backend, once :meth:`start` has run.
+        The started engine, once :meth:`start` has run: it computes, scales and closes.
     metrics : RunMetrics
         What the session has done, for reports and Prometheus.
     """
@@ -70,19 +70,17 @@ class Session:
         self.started = self.closed = self.borrowed = False
         self._recovery: Any = None
         self._stack = contextlib.ExitStack()
-        self._process = contextlib.ExitStack()  # process-wide state: undone after _stack (see _opened)
 
     def start(self) -> Session:
-        """Take every part in order: logging, dask config, BLAS limits, the cluster, plugins, watches."""
+        """Take every part in order: the spill folder, process-wide settings, the engine, plugins, watches."""
         if self.started:
             raise OpenclawError("this session was started already; make a new one with openclaw_dask.session()")
         self.started = True
         check(self.config)  # the backend's rules, also for a Config loaded without them
         try:
             self._stack.enter_context(_opened(self))
-            self.running = parts.build(self._stack, self._process, self.config, self.backend, self.metrics)
-            if self.running.client is not None:
-                self._recovery = parts.watch(self._stack, self.running, self.config, self.metrics)
+            self.running = parts.build(self._stack, self.config, self.backend, self.metrics)
+            self._recovery = parts.watch(self._stack, self.running, self.config, self.metrics)
         except BaseException:
             self._stack.close()
             raise
@@ -92,8 +90,8 @@ class Session:
     def close(self) -> None:
         """Undo every part in reverse order: the cluster closes, dask's configuration and log levels return.
 
-        Closed under a newer open session, it leaves that one's settings in force and its own dask
-        configuration is undone after that one's: the last to close leaves what the first found.
+        Closed under a newer open session, it leaves that one's settings in force: the process shows
+        the newest open session's, and the last to close leaves what the first found.
         """
         if self.closed or self.borrowed or not self.started:
             return
@@ -107,7 +105,7 @@ class Session:
         self.close()
 
     def __repr__(self) -> str:
-        where = f"{self.engine.kind}, {self.slots} thread(s)" if self._client is None else repr(self._client)
+        where = "not started" if self.running is None else self.running.describe()
         return f"<openclaw_dask.Session backend={self.backend.name} {where}>"
 
     def _repr_html_(self) -> str:  # Jupyter
@@ -123,14 +121,12 @@ class Session:
     @property
     def client(self) -> Any:
         """The :class:`distributed.Client`; on a local :attr:`engine` an :class:`OpenclawError` that says how to get one."""
-        if self._client is not None:
-            return self._client
-        raise OpenclawError(f"this session has no distributed client: it runs on the {self.engine}; "
-                            "set parallel.engine=distributed (backend thread) or parallel.backend=process for one")
+        return self._running().client
 
-    @property
-    def _client(self) -> Any:
-        return None if self.running is None else self.running.client
+    def _running(self) -> RunningCluster:
+        if self.running is None:
+            raise OpenclawError("this session is not started; use openclaw_dask.session(), which starts it")
+        return self.running
 
     @property
     def cluster(self) -> Any:
@@ -139,14 +135,12 @@ class Session:
 
     def workers(self) -> dict[str, dict[str, Any]]:
         """Scheduler information about each worker (empty on a local dask scheduler, or once the scheduler is lost)."""
-        return {} if self._client is None else self._client.scheduler_info(n_workers=-1).get("workers", {})
+        return {} if self.running is None else self.running.workers()
 
     @property
     def slots(self) -> int:
         """Task threads over all workers (those of the local scheduler: 1 when serial)."""
-        if self.running is not None and self._client is None:
-            return self.running.threads
-        return sum(w["nthreads"] for w in self.workers().values()) or 1
+        return 1 if self.running is None else self.running.slots
 
     def compute(self, *collections: Any, **kwargs: Any) -> Any:
         """Compute on this session's engine: its client, or dask's local scheduler.
@@ -154,23 +148,12 @@ class Session:
         One collection gives its result; several give a tuple, as :func:`dask.compute`.
         Failed tasks are retried ``fault_tolerance.retries`` times (distributed engine).
         """
-        if self._client is None:
-            import dask
-
-            results = dask.compute(*collections, **{**self.running.local, **kwargs})
-        else:
-            from openclaw_dask.cluster.compute import compute
-
-            kwargs.setdefault("retries", self.config.fault_tolerance.retries)
-            with parts.run_errors(self.config, self.running):  # stuck on paused workers: the stall watch ends it
-                results = compute(self.client, list(collections), watch=lambda fs: stall_watch(self, fs), **kwargs)
+        results = self._running().compute(list(collections), **kwargs)
         return results[0] if len(collections) == 1 else results
 
     def persist(self, collection: Any) -> Any:
         """Compute ``collection`` into worker memory (into the graph on a local scheduler) and return it."""
-        if self._client is not None:
-            return self._client.persist(collection, retries=self.config.fault_tolerance.retries)
-        return collection.persist(**self.running.local)
+        return self._running().persist(collection)
 
     def recovery(self) -> Recovery:
         """Workers lost, tasks recomputed and failures recovered since the session started.
@@ -190,27 +173,12 @@ class Session:
 
 @contextlib.contextmanager
 def _opened(s: Session) -> Iterator[None]:
-    """Keep ``s`` in the list :func:`resize_workers` consults while it is open; undo its process-wide state last.
-
-    Each session's changes to dask's configuration remember what they covered, so undoing them
-    under a newer session's would wipe out the newer one's and bring them back when it closes.
-    A session closing under a newer one hands its undo to it instead, to run after the newer one's own.
-    """
+    """Keep ``s`` in the list :func:`resize_workers` consults while it is open."""
     _OPEN.append(s)
     try:
         yield
     finally:
-        at = _OPEN.index(s)
         _OPEN.remove(s)
-        if at < len(_OPEN):
-            newer = _OPEN[at]
-            logger.debug("session closed under a newer one: its dask settings stay until that one closes")
-            handed = contextlib.ExitStack()
-            handed.enter_context(s._process)  # entered first: undone last
-            handed.enter_context(newer._process.pop_all())
-            newer._process = handed
-        else:
-            s._process.close()
 
 
 def active_session() -> Session | None:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +23,50 @@ def _isolated(monkeypatch, tmp_path):
     for var in [v for v in os.environ if v.startswith("OPENCLAW_")]:
         monkeypatch.delenv(var)
     monkeypatch.chdir(tmp_path)
+
+
+# Threads that outlive a test by design: distributed's process-wide pools and loops, started once.
+_LONG_LIVED = ("Dask-Offload", "TCP-Executor", "IO loop", "Profile", "asyncio_", "AsyncProcess", "ThreadPoolExecutor",
+               "QueueFeederThread", "Thread-", "openclaw-start")
+
+
+def _process_state():
+    """What a test must leave as it found it: dask's config, log levels, signal handlers, BLAS pools, comms."""
+    import copy
+    import logging
+
+    import dask
+    from distributed.comm.registry import backends
+    from threadpoolctl import threadpool_info
+
+    from openclaw_dask.cluster.plugins import LOGGERS
+
+    return {
+        "dask.config": copy.deepcopy(dask.config.config),
+        "log levels": {n: logging.getLogger(n).level for n in ("openclaw_dask", *LOGGERS)},
+        "signal handlers": {k: signal.getsignal(k) for k in (signal.SIGINT, signal.SIGTERM)},
+        "BLAS pools": sorted((p["filepath"], p["num_threads"]) for p in threadpool_info()),
+        "tcp comm backend": type(backends.get("tcp")),
+    }
+
+
+def _new_threads(before):
+    return sorted(t.name for t in threading.enumerate()
+                  if t.ident not in before and t.is_alive() and not t.name.startswith(_LONG_LIVED))
+
+
+@pytest.fixture(autouse=True)
+def _clean_process():
+    """Fail a test that leaves dask's config, log levels, signal handlers, BLAS pools, comms or threads changed."""
+    before, threads = _process_state(), {t.ident for t in threading.enumerate()}
+    yield
+    after = _process_state()
+    changed = [what for what in before if before[what] != after[what]]
+    deadline = time.monotonic() + 5  # a closed cluster's threads take a moment to end
+    while _new_threads(threads) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = _new_threads(threads)
+    assert not changed and not left, f"the test left the process changed: {changed}; threads still running: {left}"
 
 
 def _stop(procs):

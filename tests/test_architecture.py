@@ -45,6 +45,15 @@ def test_no_backend_name_is_compared_outside_cluster():
     assert found == []
 
 
+def test_no_engine_kind_is_tested_outside_cluster():
+    """Code outside cluster/ calls the running engine object; it never asks which kind it is."""
+    pattern = re.compile(r'client is (not )?None|\["pool"\]|engine\.(kind|distributed)')
+    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+             for p in PACKAGE.rglob("*.py") if "cluster" not in p.relative_to(PACKAGE).parts
+             for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert found == []
+
+
 def _sizes():
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -159,7 +168,7 @@ def test_config_layer_alone_does_not_know_backends():
 PLUGIN = '''
 from types import MappingProxyType
 
-from openclaw_dask.cluster import Backend, Capabilities, RunningCluster
+from openclaw_dask.cluster import Backend, Capabilities, DistributedCluster
 
 
 class TinyBackend(Backend):
@@ -178,7 +187,7 @@ class TinyBackend(Backend):
         from distributed import Client, LocalCluster
 
         cluster = LocalCluster(**self.plan(config))
-        return RunningCluster(self, Client(cluster), cluster)
+        return DistributedCluster(self, config, Client(cluster), cluster)
 '''
 
 

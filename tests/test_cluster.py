@@ -325,7 +325,7 @@ def test_shutting_a_cluster_down_closes_its_workers_before_its_scheduler():
     from distributed import Client, LocalCluster
     from distributed.diagnostics.plugin import SchedulerPlugin
 
-    from openclaw_dask.cluster.base import Backend, RunningCluster
+    from openclaw_dask.cluster import Backend, DistributedCluster
 
     class Census(SchedulerPlugin):
         def __init__(self, scheduler):
@@ -339,5 +339,6 @@ def test_shutting_a_cluster_down_closes_its_workers_before_its_scheduler():
             LocalCluster(n_workers=2, processes=False, dashboard_address=None) as cluster:  # inproc: no sockets
         census = Census(cluster.scheduler)
         cluster.scheduler.add_plugin(census)
-        RunningCluster(Backend(), Client(cluster.scheduler_address), shutdown=True).close()  # as under mpirun: a bare client
+        config = load_config(None, {}, env={})
+        DistributedCluster(Backend(), config, Client(cluster.scheduler_address), shuts_down=True).close()  # as under mpirun: a bare client
     assert census.left == 0

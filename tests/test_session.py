@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import openclaw_dask
+from openclaw_dask.cluster.running import SyncEngine
 from openclaw_dask.config import load_config
 from openclaw_dask.errors import OpenclawError
 from openclaw_dask.session import activated, active_session
@@ -16,7 +17,7 @@ MiB = 2**20
 
 def test_disabled_runs_the_same_graph_serially_without_a_cluster():
     with openclaw_dask.session(enabled=False, task_chunk_size="1MiB") as s:
-        assert s.running.client is None and s.cluster is None and s.slots == 1 and s.engine.kind == "sync"
+        assert isinstance(s.running, SyncEngine) and s.cluster is None and s.slots == 1 and s.engine.kind == "sync"
         assert dask.config.get("scheduler") == "sync"
         with pytest.raises(OpenclawError, match="dask synchronous scheduler .parallel.enabled is false."):
             s.client  # noqa: B018
@@ -33,7 +34,7 @@ def test_close_is_idempotent_and_happens_on_error():
         raise KeyError("inside the block")
     assert s.closed and client.status == "closed"
     with pytest.raises(KeyError), openclaw_dask.session(workers=1) as s:
-        pool = s.running.local["pool"]
+        pool = s.running._pool
         raise KeyError("inside the block")
     assert s.closed and pool._shutdown
     s.close()
@@ -171,24 +172,42 @@ def test_with_statement_starts_a_session_and_start_twice_is_refused():
             s.start()
 
 
-@pytest.mark.parametrize("order", ["012", "021", "102", "120", "201", "210"])
-def test_sessions_closed_in_any_order_leave_dask_config_as_found(order):
+def _process_state():
+    """What a session may change in this process: dask's config, log levels, signal handlers, BLAS pools, comms."""
     import copy
     import logging
+    import signal
 
+    from distributed.comm.registry import backends
+    from threadpoolctl import threadpool_info
+
+    from openclaw_dask.cluster.plugins import LOGGERS
+
+    return (copy.deepcopy(dask.config.config), {n: logging.getLogger(n).level for n in LOGGERS},
+            {k: signal.getsignal(k) for k in (signal.SIGINT, signal.SIGTERM)},
+            sorted((p["filepath"], p["num_threads"]) for p in threadpool_info()), type(backends["tcp"]))
+
+
+@pytest.mark.parametrize("order", ["012", "021", "102", "120", "201", "210"])
+def test_sessions_closed_in_any_order_leave_the_process_as_the_newest_open_one_set(order):
+    """Three sessions on three engines (sync, threads, distributed), closed in every order: nothing handed over."""
     import distributed  # noqa: F401  (its defaults join dask's config when imported, as a session does)
 
-    before, level = copy.deepcopy(dask.config.config), logging.getLogger("distributed").level
-    shapes = [{"enabled": False}, {"workers": 1}, {"workers": 1, "engine": "distributed"}]
+    before = _process_state()
+    shapes = [{"enabled": False}, {"workers": 1},
+              {"workers": 1, "engine": "distributed", "communication": "tcp", "socket_buffer_size": "1MiB"}]
     levels = ["ERROR", "WARNING", "INFO"]
-    opened = {i: openclaw_dask.session(timeout=f"{11 + i}s", log_level=levels[i], **shapes[i]) for i in range(3)}
+    opened, state = {}, {}
+    for i in range(3):
+        opened[i] = openclaw_dask.session(timeout=f"{11 + i}s", log_level=levels[i], **shapes[i])
+        state[i] = _process_state()
+    assert len({repr(v[1]) for v in state.values()}) == 3  # each set something the others did not
     for i in map(int, order):
         opened.pop(i).close()
         if opened:  # the newest open session's settings are the ones in force, whatever closed
-            newest = max(opened)
-            assert dask.config.get("distributed.comm.timeouts.connect") == f"{11 + newest}.0s"
-            assert logging.getLevelName(logging.getLogger("distributed").level) == levels[newest]
-    assert dask.config.config == before and logging.getLogger("distributed").level == level
+            assert _process_state() == state[max(opened)]
+            assert dask.config.get("distributed.comm.timeouts.connect") == f"{11 + max(opened)}.0s"
+    assert _process_state() == before
 
 
 def test_blas_pools_are_one_thread_on_thread_and_serial_backends():

@@ -97,8 +97,8 @@ def test_thread_backend_over_tcp_sizes_its_comms():
 
 @linux
 def test_without_the_key_sockets_keep_the_os_default():
-    sockets.install()  # installed or not, an unset key leaves sockets alone
-    with openclaw_dask.session(backend="process", workers=1, memory_limit="1GiB") as s:
+    # installed or not, an unset key leaves sockets alone
+    with sockets.installed(), openclaw_dask.session(backend="process", workers=1, memory_limit="1GiB") as s:
         assert dask.config.get(sockets.CONFIG_KEY, None) is None
         client_side = bufs(s.client.scheduler_comm.comm)
         (seen,) = s.client.run(_worker_sockets).values()
@@ -135,10 +135,12 @@ def test_a_refused_connect_is_distributeds_own_comm_error():
 def test_install_is_idempotent():
     from distributed.comm.registry import backends
 
-    sockets.install()
-    first = backends["tcp"]
-    sockets.install()
-    assert backends["tcp"] is first and isinstance(first, sockets.SizedTCPBackend)
+    before = backends["tcp"]
+    with sockets.installed():
+        first = backends["tcp"]
+        sockets.install()
+        assert backends["tcp"] is first and isinstance(first, sockets.SizedTCPBackend)
+    assert backends["tcp"] is before
 
 
 # -- settings and refusals ---------------------------------------------------------------

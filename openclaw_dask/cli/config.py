@@ -9,7 +9,6 @@ from typing import Any
 import click
 
 from openclaw_dask.cli._app import config_option, friendly, load, main, set_option
-from openclaw_dask.errors import ConfigError
 
 __all__ = ["config_rows", "validate_file"]
 

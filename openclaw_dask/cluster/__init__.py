@@ -11,7 +11,9 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from openclaw_dask.cluster.base import Backend, Capabilities, RunningCluster
+from openclaw_dask.cluster.base import Backend, Capabilities
+from openclaw_dask.cluster.client import DistributedCluster
+from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.cluster.registry import ENTRY_POINT_GROUP, available_backends, backend_for, check, get_backend
 from openclaw_dask.config import load_config as _load_config
 
@@ -22,6 +24,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "Backend",
     "Capabilities",
+    "DistributedCluster",
     "RunningCluster",
     "available_backends",
     "backend_for",

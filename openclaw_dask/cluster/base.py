@@ -11,29 +11,26 @@ Life of a backend in a session::
     backend = backend_for(config)      # registry: the class parallel.backend names
     backend.check(config)              # its rules, each in one place (load_config runs them too)
     backend.plan(config)               # pure: what would start, for tests and --dry-run
-    with backend.start(config) as running:    # a RunningCluster: client, cluster, close()
-        client.register_plugin(p) for p in backend.worker_plugins(config)
+    with backend.start(config) as running:    # a RunningCluster (cluster/running.py): computes, scales, closes
+        running.plugins(backend.worker_plugins(config))
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import logging
-import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from openclaw_dask.errors import BackendUnavailable
 
 if TYPE_CHECKING:
-    from distributed import Client, Scheduler
-
+    from openclaw_dask.cluster.running import RunningCluster
     from openclaw_dask.config import Config
 
-__all__ = ["Backend", "Capabilities", "Engine", "RunningCluster", "SchedulerComm", "lost_scheduler"]
+__all__ = ["Backend", "Capabilities", "Engine"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -188,7 +185,10 @@ class Backend:
         return Engine("distributed", f"backend {self.name} runs a distributed cluster", self.task_overhead_s)
 
     def start(self, config: Config) -> RunningCluster:
-        """Start (or reach) the cluster and connect a client; call inside the session's dask config."""
+        """Start (or reach) what runs the graphs: a :class:`~openclaw_dask.cluster.running.RunningCluster`.
+
+        Called inside the session's dask config. The returned object computes, scales and closes itself.
+        """
         raise NotImplementedError
 
     def memory_workers(self, config: Config) -> int:
@@ -203,246 +203,9 @@ class Backend:
 
         return [LogLevel(config.parallel.log_level)]
 
-    def scale(self, session: Any, n: int) -> Callable[[], bool]:
-        """Grow or shrink the started cluster to ``n`` workers; return whether the cluster's own view has settled.
-
-        This default is for distributed's SpecCluster (LocalCluster, LocalCUDACluster).
-        """
-        cluster = session.running.cluster
-        leaving = list(cluster.worker_spec)[n:]  # scale() drops the newest specs first
-        if leaving:
-            # SpecCluster.scale asks the scheduler to retire workers by *name* where it wants addresses
-            # (dask/distributed#4069), so nothing would move first: retire them here, by name.
-            session.client.retire_workers(names=leaving)
-        cluster.scale(n)
-        return lambda: len(cluster.workers) == n  # the retired nannies have closed too
-
-    def adapt(self, cluster: Any, config: Config) -> Any:
-        """Turn on ``elastic.adaptive`` for the started ``cluster``; the result's ``stop()`` turns it off."""
-        from openclaw_dask.cluster.adaptive import adapt
-
-        return adapt(cluster, config)
-
     def dask_settings(self, config: Config) -> dict[str, Any]:
         """``dask.config`` keys this backend needs on top of :func:`~openclaw_dask.cluster.settings.dask_settings`."""
         return {}
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
-
-
-@dataclass
-class RunningCluster:
-    """A started backend: the connected client and, when openclaw owns it, the cluster behind it.
-
-    A context manager: leaving it closes the client, then the cluster if openclaw started it.
-
-    Attributes
-    ----------
-    backend
-        The :class:`Backend` that started it.
-    client
-        The :class:`distributed.Client`; ``None`` when a local dask scheduler runs the tasks.
-    cluster
-        The object openclaw started (a ``LocalCluster``, an ``MpiJob``), or ``None`` when
-        someone else owns the cluster.
-    shutdown
-        Closing shuts the scheduler and its workers down through the client first
-        (MPI ranks leave once their scheduler is gone).
-    watch
-        ``watch(wait)`` says why the cluster ended under a running session, or ``None``.
-    local
-        Without a client: the :func:`dask.compute` keywords of the local scheduler that runs
-        the tasks (``{"scheduler": "sync"}``, or ``"threads"`` with the session's own ``pool``).
-    threads
-        Task threads of the local scheduler (with a client, the scheduler knows).
-    comm
-        The :class:`SchedulerComm` watch on the client's connection to its scheduler.
-    """
-
-    backend: Backend
-    client: Client | None
-    cluster: Any = None
-    shutdown: bool = False
-    watch: Callable[[float], str | None] | None = None
-    local: Mapping[str, Any] = field(default_factory=dict)
-    threads: int = 1
-    closed: bool = field(default=False, init=False)
-    comm: SchedulerComm | None = field(default=None, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if self.client is not None:
-            from openclaw_dask.cluster import quiet
-
-            quiet.install()  # a run stopped under distributed logs its teardown: not the user's news
-            self.comm = SchedulerComm(self)
-
-    @property
-    def scheduler(self) -> Scheduler | None:
-        """The scheduler object when it runs in this process (thread and process backends), else ``None``."""
-        from distributed import Scheduler
-
-        scheduler = getattr(self.cluster, "scheduler", None)
-        return scheduler if isinstance(scheduler, Scheduler) else None
-
-    def lost(self, wait: float = 10.0) -> str | None:
-        """Why the cluster ended while in use, waiting up to ``wait`` s to learn it; ``None`` if it runs.
-
-        The backend's own watch (an MPI job's exit names the rank) first, then the client's
-        connection to the scheduler: a closed one is a lost scheduler at once.
-        """
-        reason = None if self.watch is None else self.watch(wait)
-        if reason is None and self.comm is not None:
-            reason = self.comm.lost()
-        return reason
-
-    def close(self) -> None:
-        """Close the client, then the cluster if openclaw started it (or the local pool). Safe to call twice."""
-        if self.closed or self.client is None:
-            if not self.closed and "pool" in self.local:
-                self.local["pool"].shutdown(wait=False, cancel_futures=True)
-            self.closed = True
-            return
-        with _signals_deferred():
-            self._close_client_and_cluster()
-
-    def _close_client_and_cluster(self) -> None:
-        gone = self.lost(0) is not None
-        self.closed = True
-        if self.comm is not None:
-            self.comm.stop()
-        if self.shutdown and not gone:
-            with contextlib.suppress(Exception):
-                _workers_leave_first(self.client)
-            with contextlib.suppress(Exception):
-                self.client.shutdown()
-        client_log = logging.getLogger("distributed.client")
-        level = client_log.level
-        if gone:  # the reason was reported already; cancelling the reconnect would log a traceback
-            client_log.setLevel(logging.CRITICAL)
-        try:
-            for thing in (self.client, self.cluster):
-                # A cluster that already lost its scheduler must not turn close() into an error.
-                with contextlib.suppress(Exception):
-                    if thing is not None:
-                        thing.close()
-        finally:
-            client_log.setLevel(level)
-            client_log.removeFilter(_silent)
-        logger.debug("closed %s cluster", self.backend.name)
-
-    def __enter__(self) -> RunningCluster:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-@contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """Ctrl-C or SIGTERM while the cluster closes takes effect once it has closed.
-
-    Raised half way, the interrupt would leave the nannies and worker processes to distributed's
-    exit hooks: seconds more, "Failed to remove" errors and tracebacks. Blocking the signals in
-    the main thread is not enough (the kernel hands them to another thread, and Python runs the
-    handler in the main thread all the same), so the handlers are replaced by one that notes
-    the signal, and a noted signal is sent again once the close is done.
-    """
-    import os
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    noted: list[int] = []
-    kinds = (signal.SIGINT, signal.SIGTERM)
-    before = {k: signal.signal(k, lambda signum, frame: noted.append(signum)) for k in kinds}
-    try:
-        yield
-    finally:
-        for kind, handler in before.items():
-            signal.signal(kind, handler)
-        for signum in dict.fromkeys(noted):  # each once, in the order they came
-            if before[signum] not in (signal.SIG_IGN, None):
-                os.kill(os.getpid(), signum)
-
-
-class SchedulerComm:
-    """Watches a client's connection to its scheduler and ends the session's use of it once it closes.
-
-    distributed's client answers a closed scheduler comm by cancelling every future (a compute
-    in flight fails at once) and then reconnecting for ``parallel.timeout``; work submitted in
-    the meantime waits that long and then fails with a traceback (10.3 s with a 10 s timeout,
-    30.5 s by default). A scheduler's task state does not survive it anyway, so the first look
-    that finds the comm closed (:meth:`lost`, or a check on the client's loop every 0.1 s)
-    records the loss and closes the client: later calls fail at once, and :meth:`lost` names it.
-    """
-
-    INTERVAL_MS = 100
-
-    def __init__(self, running: RunningCluster) -> None:
-        from tornado.ioloop import PeriodicCallback
-
-        self.running = running
-        client = running.client
-        self.address = getattr(client.scheduler, "address", None)
-        self.since: float | None = None
-        self._check = PeriodicCallback(self._poll, self.INTERVAL_MS)
-        client.loop.add_callback(self._check.start)
-
-    def lost(self) -> str | None:
-        """Why the scheduler is gone (its comm closed), or ``None`` while it is connected."""
-        if self.since is None and not self.running.closed and self.running.client.status == "connecting":
-            self._gone()
-        if self.since is None:
-            return None
-        return lost_scheduler(self.address, "its connection closed")
-
-    def stop(self) -> None:
-        """Stop watching (the session closes the client itself)."""
-        with contextlib.suppress(Exception):
-            self.running.client.loop.add_callback(self._check.stop)
-
-    def _poll(self) -> None:
-        if self.running.closed:
-            self._check.stop()
-        elif self.since is None and self.running.client.status == "connecting":
-            self._gone()
-
-    def _gone(self) -> None:
-        import asyncio
-
-        self.since = time.monotonic()
-        logger.debug("the connection to the scheduler at %s closed", self.address)
-        client = self.running.client
-        # its reconnect attempt, cancelled by the close, logs a traceback: the loss is reported once, by openclaw
-        logging.getLogger("distributed.client").addFilter(_silent)
-        client.loop.add_callback(lambda: asyncio.ensure_future(client._close(fast=True)))
-
-
-def _silent(record: logging.LogRecord) -> bool:
-    return False
-
-
-def lost_scheduler(address: str | None, how: str) -> str:
-    """The one line for a run whose scheduler at ``address`` is gone (``how`` it was noticed)."""
-    return (f"lost the scheduler at {address} ({how}); its task state is gone, "
-            "so the run cannot go on: restart the scheduler and run again")
-
-
-def _workers_leave_first(client: Client, wait: float = 10.0) -> None:
-    """Close every worker and wait until they have left, so that their scheduler stops last.
-
-    ``client.shutdown()`` alone closes the scheduler while its workers still run: a worker
-    heartbeat in flight then breaks, and that worker logs a traceback (seen under mpirun).
-    """
-    client.run_on_scheduler(_close_workers)
-    deadline = time.monotonic() + wait
-    while client.scheduler_info(n_workers=-1)["workers"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def _close_workers(dask_scheduler: Scheduler) -> None:
-    for address in list(dask_scheduler.workers):  # each worker stops its heartbeats, then leaves
-        dask_scheduler.close_worker(address)

@@ -25,7 +25,9 @@ from collections.abc import Callable
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from openclaw_dask.cluster.base import Backend, Capabilities, RunningCluster
+from openclaw_dask.cluster.base import Backend, Capabilities
+from openclaw_dask.cluster.client import DistributedCluster
+from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.cluster.k8s_template import make_cluster_spec
 from openclaw_dask.cluster.plugins import blas_env, task_threads
 from openclaw_dask.config import changed_from_defaults
@@ -175,18 +177,22 @@ class KubernetesBackend(Backend):
         except BaseException:
             cluster.close()
             raise
-        return RunningCluster(self, client, cluster)
+        return KubernetesCluster(self, config, client, cluster)
 
-    def scale(self, session: Any, n: int) -> Callable[[], bool]:
+
+class KubernetesCluster(DistributedCluster):
+    """A DaskCluster of the operator: it scales and adapts through its resources."""
+
+    def scale(self, n: int) -> Callable[[], bool]:
         """Scale the default worker group; the operator retires surplus workers through the scheduler."""
-        session.running.cluster.scale(n)
+        self.cluster.scale(n)
         return lambda: True  # the scheduler's worker count is the whole story
 
-    def adapt(self, cluster: Any, config: Config) -> Any:
-        """The operator's autoscaler between ``elastic.min_workers`` and ``max_workers`` (a number: :meth:`check`)."""
-        e = config.elastic
-        cluster.adapt(minimum=e.min_workers, maximum=e.max_workers)
-        return _Stop(cluster, config.parallel.workers)
+    def adapt(self) -> Callable[[], None]:
+        """The operator's autoscaler between ``elastic.min_workers`` and ``max_workers`` (a number: the backend's check)."""
+        e = self.config.elastic
+        self.cluster.adapt(minimum=e.min_workers, maximum=e.max_workers)
+        return _Stop(self.cluster, self.config.parallel.workers).stop
 
 
 class _Stop:

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -30,9 +30,11 @@ try:  # dask >= 2026.1: contextvars follow each task into its thread
 except ImportError:  # pragma: no cover - older dask
     from concurrent.futures import ThreadPoolExecutor as _Executor
 
-from openclaw_dask.cluster.base import Backend, Capabilities, Engine, RunningCluster
+from openclaw_dask.cluster.base import Backend, Capabilities, Engine
+from openclaw_dask.cluster.client import DistributedCluster
 from openclaw_dask.cluster.network import bind_host, dashboard_address, http_address, http_host, protocol, require_http_port
 from openclaw_dask.cluster.plugins import BlasThreads, blas_threads, task_threads, worker_processes
+from openclaw_dask.cluster.running import RunningCluster, ThreadedEngine
 from openclaw_dask.cluster.security import security_for, tls_plan
 from openclaw_dask.errors import ClusterStartError, ConfigError
 
@@ -121,7 +123,7 @@ class LocalBackend(Backend):
             except Exception as e:
                 raise ClusterStartError(f"could not connect to the {self.name} cluster ({type(e).__name__}: {e})") from e
             undo.pop_all()
-        return RunningCluster(self, client, cluster)
+        return DistributedCluster(self, config, client, cluster)
 
 
 def _interruptible(make: Callable[[], Any], wait: float) -> Any:
@@ -131,19 +133,21 @@ def _interruptible(make: Callable[[], Any], wait: float) -> Any:
     nannies that neither it nor its exit hook can close (a traceback at exit, and a worker
     process left running).
     """
-    from concurrent.futures import ThreadPoolExecutor
+    started: Future[Any] = Future()  # made before the thread: a Ctrl-C from its first instruction on finds it
 
-    pool = ThreadPoolExecutor(1, thread_name_prefix="openclaw-start")
-    try:
-        started = pool.submit(_without_sigint, make)
+    def run() -> None:
         try:
-            return started.result()
-        except (KeyboardInterrupt, SystemExit):
-            with contextlib.suppress(Exception):  # a start that failed has closed itself
-                started.result(timeout=wait).close()
-            raise
-    finally:
-        pool.shutdown(wait=False)
+            started.set_result(_without_sigint(make))
+        except BaseException as e:  # noqa: BLE001  (handed to the waiting thread)
+            started.set_exception(e)
+
+    try:
+        threading.Thread(target=run, name="openclaw-start", daemon=True).start()
+        return started.result()
+    except (KeyboardInterrupt, SystemExit):
+        with contextlib.suppress(Exception):  # a start that failed has closed itself
+            started.result(timeout=wait).close()
+        raise
 
 
 def _without_sigint(make: Callable[[], Any]) -> Any:
@@ -199,6 +203,16 @@ class TaskPool(_Executor):
                 future.set_exception(e)
             return future
         return super().submit(self._timed, fn, args, kwargs)
+
+    @contextlib.contextmanager
+    def watched(self, on_run: Callable[[int, float, float], None],
+                on_task: Callable[[str, int, float, float, Any], None]) -> Iterator[None]:
+        """Report each task's run to ``on_run`` and each named task to ``on_task`` over the block."""
+        self.on_run, self.on_task = on_run, on_task
+        try:
+            yield
+        finally:
+            self.on_run = self.on_task = None
 
     def submit_task(self, key: str, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
         """Queue ``fn(*args)`` as the task ``key``, even from a task thread (it waits on nothing here)."""
@@ -295,7 +309,7 @@ class ThreadBackend(LocalBackend):
         _warn_oversubscribed(threads)
         pool = TaskPool(threads, thread_name_prefix="openclaw-task")
         logger.info("running on dask's threaded scheduler with %d threads", threads)
-        return RunningCluster(self, None, local={"scheduler": "threads", "pool": pool}, threads=threads)
+        return ThreadedEngine(self, config, pool, threads)
 
     def dask_settings(self, config: Config) -> dict[str, Any]:
         # inproc addresses carry the machine's IP, not the host the dashboard binds

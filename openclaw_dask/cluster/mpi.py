@@ -32,7 +32,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from openclaw_dask.cluster.base import Backend, Capabilities, RunningCluster
+from openclaw_dask.cluster.base import Backend, Capabilities
+from openclaw_dask.cluster.client import DistributedCluster
+from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.cluster.network import bind_host, http_address, interface_of, protocol
 from openclaw_dask.cluster.plugins import BlasThreads, blas_env, blas_threads, task_threads, worker_processes
 from openclaw_dask.cluster.scratch import max_spill, named_folder
@@ -196,7 +198,7 @@ def _launch(backend: MpiBackend, config: Config) -> RunningCluster:
     except BaseException:
         job.close()
         raise
-    return RunningCluster(backend, client, job, shutdown=True, watch=job.lost)
+    return DistributedCluster(backend, config, client, job, shuts_down=True, watch=job.lost)
 
 
 class MpiJob:
@@ -332,7 +334,7 @@ def _join(backend: MpiBackend, config: Config, rank: int, size: int) -> RunningC
     client = Client(timeout=p.timeout)  # initialize put the address in dask.config
     client.wait_for_workers(workers, timeout=p.timeout)
     logger.info("joined MPI job of %d ranks as the client (rank %d)", size, rank)
-    return RunningCluster(backend, client, shutdown=True)
+    return DistributedCluster(backend, config, client, shuts_down=True)
 
 
 def _fold_hosts(rank: int, threads: int) -> tuple[Any, int, int]:

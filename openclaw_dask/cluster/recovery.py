@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 if TYPE_CHECKING:
-    from openclaw_dask.cluster.base import RunningCluster
+    from openclaw_dask.cluster.client import DistributedCluster
     from openclaw_dask.monitoring import RunMetrics
 
 __all__ = ["RecoveryCounter", "RecoveryWatch", "read_counts"]
@@ -178,7 +178,7 @@ class RecoveryWatch:
         scheduler cannot run the plugin.
     """
 
-    def __init__(self, handle: RunningCluster, metrics: RunMetrics) -> None:
+    def __init__(self, handle: DistributedCluster, metrics: RunMetrics) -> None:
         self.handle, self.metrics = handle, metrics
         scheduler = handle.scheduler
         self.local = scheduler is not None

@@ -7,7 +7,9 @@ import ssl
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from openclaw_dask.cluster.base import Backend, Capabilities, RunningCluster
+from openclaw_dask.cluster.base import Backend, Capabilities
+from openclaw_dask.cluster.client import DistributedCluster
+from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.cluster.security import security_for
 from openclaw_dask.errors import ClusterStartError, ConfigError
 
@@ -83,7 +85,7 @@ class RemoteBackend(Backend):
         address, timeout, want = config.cluster.scheduler_address, config.parallel.timeout, config.parallel.workers
         logger.info("connecting to %s (timeout %ss)", address, timeout)
         client = _connect(address, timeout, security_for(config))
-        running = RunningCluster(self, client)  # its watch sees the scheduler stop while we wait
+        running = DistributedCluster(self, config, client)  # its watch sees the scheduler stop while we wait
         if want != "auto":
             try:
                 client.wait_for_workers(want, timeout=timeout)

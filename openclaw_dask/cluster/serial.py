@@ -10,7 +10,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from openclaw_dask.cluster.base import Backend, Capabilities, Engine, RunningCluster
+from openclaw_dask.cluster.base import Backend, Capabilities, Engine
+from openclaw_dask.cluster.running import RunningCluster, SyncEngine
 
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
@@ -34,7 +35,7 @@ class SerialBackend(Backend):
         return Engine("sync", "parallel.enabled is false", self.task_overhead_s)
 
     def start(self, config: Config) -> RunningCluster:
-        return RunningCluster(self, None, local=self.plan(config))
+        return SyncEngine(self, config)
 
     def worker_plugins(self, config: Config) -> list[Any]:
         return []

@@ -11,10 +11,12 @@ caps it at ``net.core.rmem_max`` / ``wmem_max``: a shortfall is logged once per 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import socket
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import dask.config
@@ -162,8 +164,19 @@ class SizedTCPBackend(TCPBackend):
 def install() -> None:
     """Register :class:`SizedTCPBackend` as distributed's ``tcp`` backend in this process (idempotent).
 
-    It changes nothing while ``openclaw.socket-buffer-size`` is unset, so it stays installed
-    after a session closes.
+    For the scheduler, nanny and worker processes openclaw starts (their preload); a session
+    in this process holds it with :func:`installed` instead.
     """
     if not isinstance(backends.get("tcp"), SizedTCPBackend):
         backends["tcp"] = SizedTCPBackend()
+
+
+@contextlib.contextmanager
+def installed() -> Iterator[None]:
+    """:func:`install` over the block; distributed's own ``tcp`` backend again after it."""
+    before = backends.get("tcp")
+    install()
+    try:
+        yield
+    finally:
+        backends["tcp"] = before

@@ -20,15 +20,11 @@ import contextlib
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from openclaw_dask.errors import RunError
 
-if TYPE_CHECKING:
-    from openclaw_dask.cluster.base import RunningCluster
-    from openclaw_dask.config import Config
-
-__all__ = ["StallWatch", "configured_max_spill", "stall_watch", "watch_running"]
+__all__ = ["StallWatch", "configured_max_spill", "stall_watch"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -45,15 +41,7 @@ def stall_watch(session: Any, futures: Any = None) -> contextlib.AbstractContext
         its futures if it makes none).
     """
     running = getattr(session, "running", None)
-    return contextlib.nullcontext() if running is None else watch_running(running, session.config, futures)
-
-
-def watch_running(running: RunningCluster, config: Config, futures: Any = None) -> contextlib.AbstractContextManager[Any]:
-    """:func:`stall_watch` from a session's parts: its running cluster and config (nothing without a client)."""
-    if running.client is None:
-        return contextlib.nullcontext()
-    max_spill = configured_max_spill(running.backend.capabilities.owns_cluster) or None  # unbounded: nothing to name
-    return StallWatch(running.client, limit=config.parallel.timeout, max_spill=max_spill, futures=futures)
+    return contextlib.nullcontext() if running is None else running.stall_watch(futures)
 
 
 def configured_max_spill(owns_cluster: bool) -> int | bool | None:

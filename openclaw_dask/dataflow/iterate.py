@@ -63,11 +63,7 @@ def _shards_of(session: Any, data: Any) -> list[Any]:
     if hasattr(data, "__dask_graph__"):
         if data.ndim and len(data.chunks[0]) > 1:
             data = data.rechunk({a: -1 for a in range(1, data.ndim)})
-        if session.engine.distributed:
-            from distributed import futures_of
-
-            return futures_of(session.persist(data))  # block order: (name, 0, 0) ...
-        return [np.asarray(b) for b in session.compute(*[data.blocks[i] for i in range(data.numblocks[0])])]
+        return tasks_of(session).blocks(data)  # in memory where tasks read them: futures on a cluster
     return list(data)
 
 

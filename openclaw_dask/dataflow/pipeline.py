@@ -14,10 +14,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from openclaw_dask.dataflow._tasks import Tasks, tasks_of, token
+from openclaw_dask.dataflow._tasks import tasks_of, token
 from openclaw_dask.errors import BatchFailed, OpenclawError
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster import RunningCluster
 
 __all__ = ["Pipeline", "Stage", "StageTimes", "pipeline"]
 
@@ -114,7 +117,7 @@ class Pipeline:
         From the first submit to the last result.
     """
 
-    def __init__(self, tasks: Tasks, stages: list[Stage], batches: Iterable[Any], in_flight: int, *,
+    def __init__(self, tasks: RunningCluster, stages: list[Stage], batches: Iterable[Any], in_flight: int, *,
                  total: int | None, progress: bool) -> None:
         self._tasks, self._stages, self._batches = tasks, stages, batches
         self.in_flight, self.total, self.progress = in_flight, total, progress

@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from openclaw_dask.cluster.running import Recorder
+
 logger = logging.getLogger("openclaw_dask.diagnostics")
 
 __all__ = ["ChunkLayout", "RunRecord", "TaskRecord", "WorkerRecord", "collect", "layouts_of"]
@@ -171,8 +173,12 @@ def _pop_layouts(run: str) -> list[ChunkLayout]:
 
 
 @contextmanager
-def _probe_layouts(record: RunRecord, client: Any = None) -> Iterator[None]:
-    """Note the chunk layout of every array computed in the block, into ``record.layouts``."""
+def _probe_layouts(record: RunRecord, on_scheduler: Any = None) -> Iterator[None]:
+    """Note the chunk layout of every array computed in the block, into ``record.layouts``.
+
+    ``on_scheduler`` is a distributed scheduler's ``client.run_on_scheduler``: graphs are
+    materialised there too.
+    """
     import dask
     from dask.array.optimization import optimize
     from dask.base import dont_optimize
@@ -183,15 +189,15 @@ def _probe_layouts(record: RunRecord, client: Any = None) -> Iterator[None]:
         then = optimize if then is None else then if callable(then) else dont_optimize  # as dask reads the key
         _open_layouts(run)
         try:
-            if client is not None:  # the graph is materialised where it runs: here, or on a distributed scheduler
-                client.run_on_scheduler(_open_layouts, run=run)
+            if on_scheduler is not None:  # the graph is materialised where it runs: here, or on a distributed scheduler
+                on_scheduler(_open_layouts, run=run)
             with dask.config.set(array_optimize=_LayoutProbe(run, then)):
                 yield
         finally:
             found = _pop_layouts(run)
-            if client is not None:
+            if on_scheduler is not None:
                 try:
-                    found += client.run_on_scheduler(_pop_layouts, run=run)
+                    found += on_scheduler(_pop_layouts, run=run)
                 except Exception as e:  # noqa: BLE001  (never hide the run's own error behind the probe's)
                     logger.warning("could not read the array layouts from the scheduler: %s: %s", type(e).__name__, e)
             record.layouts = _unique(found)
@@ -279,13 +285,24 @@ def collect(session: Any) -> Iterator[RunRecord]:
                        in_process=backend.capabilities.in_process, engine=str(session.engine))
 
     with watch_aside(lambda label, start, stop: record.aside.append((label, start, stop))):
-        if not session.engine.distributed:
-            with _probe_layouts(record), _local(record, session.slots, session.running.local.get("pool")):
-                yield record
-            record.stop = time.time()
-            return
-        with _distributed(record, session.client):
+        with session.running.record(_Recorder(record)):
             yield record
+
+
+class _Recorder(Recorder):
+    """The profiler's record of a block, on whichever engine the session runs."""
+
+    def __init__(self, record: RunRecord) -> None:
+        self.record = record
+
+    @contextmanager
+    def local(self, threads: int, watch: Any = None) -> Iterator[None]:
+        with _probe_layouts(self.record), _local(self.record, threads, watch):
+            yield
+        self.record.stop = time.time()
+
+    def distributed(self, client: Any) -> contextlib.AbstractContextManager[Any]:
+        return _distributed(self.record, client)
 
 
 @contextmanager
@@ -300,7 +317,7 @@ def _distributed(record: RunRecord, client: Any) -> Iterator[None]:
             undo.callback(client.run_on_scheduler, _drop_task_stream)
         client.run_on_scheduler(_add_input_probe, name=name, client=client.id)
         undo.callback(lambda: probe.update(client.run_on_scheduler(_pop_input_probe, name=name)))
-        undo.enter_context(_probe_layouts(record, client))
+        undo.enter_context(_probe_layouts(record, client.run_on_scheduler))
         stream = undo.enter_context(get_task_stream(client))
         record.start = time.time()  # the run starts after the probes are in place: their round trips are not its own
         try:
@@ -335,7 +352,7 @@ def _stream_tasks(stream: list[dict[str, Any]], record: RunRecord, inputs: dict[
 
 
 @contextmanager
-def _local(record: RunRecord, threads: int, pool: Any = None) -> Iterator[None]:
+def _local(record: RunRecord, threads: int, watch: Any = None) -> Iterator[None]:
     """Timing, thread, input and output size of every task on dask's local schedulers.
 
     With the thread backend's :class:`~openclaw_dask.cluster.local.TaskPool`, each task's
@@ -384,14 +401,8 @@ def _local(record: RunRecord, threads: int, pool: Any = None) -> Iterator[None]:
             if len(record.tasks) % 16 == 0:
                 peak[0] = max(peak[0], process.memory_info().rss)
 
-    watching = pool is not None and hasattr(pool, "on_run")
-    if watching:
-        pool.on_run, pool.on_task = on_run, on_task
-    try:
-        with Callback(start=new_compute, pretask=pretask, posttask=posttask):
-            yield
-    finally:
-        if watching:
-            pool.on_run = pool.on_task = None
+    with contextlib.nullcontext() if watch is None else watch(on_run, on_task), \
+            Callback(start=new_compute, pretask=pretask, posttask=posttask):
+        yield
     peak[0] = max(peak[0], process.memory_info().rss)
     record.workers["local"] = WorkerRecord("local", threads, psutil.virtual_memory().total, peak[0], 0, 0, 0)

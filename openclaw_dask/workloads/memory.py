@@ -122,7 +122,7 @@ def require_memory(session: Any, nbytes: int, *, chunk: int = 0) -> None:
     """
     from dask.utils import format_bytes as fb
 
-    room = _session_capacity(session, chunk) if session.engine.distributed else None
+    room = _session_capacity(session, chunk)  # None on a local engine: no workers
     if room is None:
         memory = session_memory(session)
         if memory is not None and nbytes > FIT_SHARE * memory:
