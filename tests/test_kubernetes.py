@@ -14,6 +14,7 @@ import yaml
 
 import openclaw_dask
 from openclaw_dask.cluster import get_backend
+from openclaw_dask.cluster import kubernetes
 from openclaw_dask.cluster.kubernetes import cluster_spec
 from openclaw_dask.errors import ConfigError
 
@@ -131,9 +132,9 @@ class _Recorder:
 def test_adaptive_maps_onto_the_operator_autoscaler_and_stops_at_the_configured_size():
     config = openclaw_dask.load_config(None, {**K8S, "elastic.adaptive": True, "elastic.min_workers": 2, "elastic.max_workers": 20})
     cluster = _Recorder()
-    adaptive = get_backend("kubernetes").adapt(cluster, config)
+    stop = kubernetes.autoscale(cluster, config)
     assert cluster.calls == [("adapt", {"minimum": 2, "maximum": 20})]
-    adaptive.stop()  # scaling to a fixed size deletes the DaskAutoscaler
+    stop()  # scaling to a fixed size deletes the DaskAutoscaler
     assert cluster.calls[-1] == ("scale", 8)
 
 

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.base import Backend, Capabilities
 from openclaw_dask.cluster.client import DistributedCluster
-from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.cluster.k8s_template import make_cluster_spec
 from openclaw_dask.cluster.plugins import blas_env, task_threads
+from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.config import changed_from_defaults
 from openclaw_dask.errors import ClusterStartError, ConfigError
 
@@ -189,10 +189,14 @@ class KubernetesCluster(DistributedCluster):
         return lambda: True  # the scheduler's worker count is the whole story
 
     def adapt(self) -> Callable[[], None]:
-        """The operator's autoscaler between ``elastic.min_workers`` and ``max_workers`` (a number: the backend's check)."""
-        e = self.config.elastic
-        self.cluster.adapt(minimum=e.min_workers, maximum=e.max_workers)
-        return _Stop(self.cluster, self.config.parallel.workers).stop
+        return autoscale(self.cluster, self.config)
+
+
+def autoscale(cluster: Any, config: Config) -> Callable[[], None]:
+    """The operator's autoscaler on ``cluster`` between ``elastic.min_workers`` and ``max_workers``; returns its stop."""
+    e = config.elastic  # max_workers is a number here: the backend's check refuses "auto"
+    cluster.adapt(minimum=e.min_workers, maximum=e.max_workers)
+    return _Stop(cluster, config.parallel.workers).stop
 
 
 class _Stop:

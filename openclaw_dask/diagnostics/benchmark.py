@@ -15,7 +15,7 @@ This module checks a benchmark's inputs (:func:`prepare`) and writes its reports
 - :mod:`~openclaw_dask.diagnostics.benchmark_stats`: rates, percentiles, speedups, the noise band
 - :mod:`~openclaw_dask.diagnostics.benchmark_compare`: :func:`load_report`, :func:`compare`, :func:`check_report`
 - :mod:`~openclaw_dask.diagnostics.benchmark_render`: ``report.json``, ``report.md``, ``report.html``
-- :mod:`~openclaw_dask.diagnostics.benchmark_report`: :data:`SCHEMA`, :class:`Row`, :class:`BenchmarkReport`
+- :mod:`~openclaw_dask.diagnostics.benchmark_report`: :data:`SCHEMA`, :class:`Row`
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from typing import Any
 
 from openclaw_dask.diagnostics.benchmark_compare import check_report, compare, load_report, regressions
 from openclaw_dask.diagnostics.benchmark_configs import Configuration, configurations
-from openclaw_dask.diagnostics.benchmark_report import SCHEMA, BenchmarkReport, Row
+from openclaw_dask.diagnostics.benchmark_render import BenchmarkReport
+from openclaw_dask.diagnostics.benchmark_report import SCHEMA, Row
 from openclaw_dask.diagnostics.benchmark_run import run_benchmark
 from openclaw_dask.errors import ConfigError
 from openclaw_dask.files import check_folder, write_file

@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from openclaw_dask.diagnostics.benchmark_report import SCHEMA, BenchmarkReport
+from openclaw_dask.diagnostics.benchmark_render import BenchmarkReport
+from openclaw_dask.diagnostics.benchmark_report import SCHEMA
 from openclaw_dask.diagnostics.benchmark_stats import noise_band, status
 from openclaw_dask.errors import ReportError, ResultMismatch, RunError
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from openclaw_dask.diagnostics.benchmark_report import Row, rows_of
 
-__all__ = ["STEAL_NOTED", "against_first", "html_layout", "markdown", "render", "report_json"]
+__all__ = ["STEAL_NOTED", "BenchmarkReport", "against_first", "html_layout", "markdown", "render", "report_json"]
 
 STEAL_NOTED = 0.02  # report.md names CPU steal from this share of a row's timed runs
 _HEADER = ("| config | workload | ok | median ms [min-max] | GB/s | tasks/s | task p50/p95/p99 ms | vs serial | "
@@ -148,3 +148,15 @@ def _plot(source: Any, field: str, title: str, log: bool) -> Any:
     f.add_tools(HoverTool(tooltips=[("run", "@x"), (field, f"@{field}{{0.00}}"), ("flags", "@flags")]))
     f.xaxis.major_label_orientation = 1.0
     return f
+
+
+class BenchmarkReport(dict):
+    """A benchmark report: the ``report.json`` object, shown with its plots when a notebook cell ends with it.
+
+    Its ``"rows"`` are the JSON objects of :class:`Row` (:func:`rows_of` gives them back as rows).
+    """
+
+    def _repr_html_(self) -> str:
+        from openclaw_dask.diagnostics.html import notebook_html
+
+        return notebook_html(html_layout(self), "openclaw benchmark")

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-__all__ = ["SCHEMA", "BenchmarkReport", "Row", "rows_of"]
+__all__ = ["SCHEMA", "Row", "rows_of"]
 
 SCHEMA = "openclaw-benchmark/1"
 
@@ -85,16 +85,3 @@ class Row:
 def rows_of(report: Mapping[str, Any]) -> list[Row]:
     """The rows of a report object (its ``"rows"``), as :class:`Row`."""
     return [Row.from_json(r) for r in report["rows"]]
-
-
-class BenchmarkReport(dict):
-    """A benchmark report: the ``report.json`` object, shown with its plots when a notebook cell ends with it.
-
-    Its ``"rows"`` are the JSON objects of :class:`Row` (:func:`rows_of` gives them back as rows).
-    """
-
-    def _repr_html_(self) -> str:
-        from openclaw_dask.diagnostics.benchmark_render import html_layout
-        from openclaw_dask.diagnostics.html import notebook_html
-
-        return notebook_html(html_layout(self), "openclaw benchmark")

@@ -21,7 +21,8 @@ import numpy as np
 
 from openclaw_dask.config.model import plain as _plain
 from openclaw_dask.diagnostics.benchmark_configs import Configuration, unique_labels
-from openclaw_dask.diagnostics.benchmark_report import SCHEMA, BenchmarkReport, Row
+from openclaw_dask.diagnostics.benchmark_render import BenchmarkReport
+from openclaw_dask.diagnostics.benchmark_report import SCHEMA, Row
 from openclaw_dask.diagnostics.benchmark_stats import percentiles, rates, with_speedups
 from openclaw_dask.errors import ConfigError
 from openclaw_dask.loading import load_checked

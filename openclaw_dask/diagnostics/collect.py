@@ -284,9 +284,9 @@ def collect(session: Any) -> Iterator[RunRecord]:
     record = RunRecord(backend=backend.name, start=time.time(), task_overhead_s=session.engine.task_overhead_s,
                        in_process=backend.capabilities.in_process, engine=str(session.engine))
 
-    with watch_aside(lambda label, start, stop: record.aside.append((label, start, stop))):
-        with session.running.record(_Recorder(record)):
-            yield record
+    with watch_aside(lambda label, start, stop: record.aside.append((label, start, stop))), \
+            session.running.record(_Recorder(record)):
+        yield record
 
 
 class _Recorder(Recorder):
