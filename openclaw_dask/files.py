@@ -155,9 +155,8 @@ def _mode(target: Path) -> int:
 
 def _umask() -> int:
     """This process's umask, read without setting it (``os.umask`` would change it for every thread meanwhile)."""
-    with contextlib.suppress(OSError, StopIteration, ValueError):
-        with open("/proc/self/status", encoding="ascii") as f:
-            return int(next(line for line in f if line.startswith("Umask:")).split()[1], 8)
+    with contextlib.suppress(OSError, StopIteration, ValueError), open("/proc/self/status", encoding="ascii") as f:
+        return int(next(line for line in f if line.startswith("Umask:")).split()[1], 8)
     mask = os.umask(0o022)  # no /proc (macOS): setting and restoring it is the only way to read it there
     os.umask(mask)
     return mask

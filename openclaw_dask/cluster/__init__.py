@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.base import Backend, Capabilities
 from openclaw_dask.cluster.client import DistributedCluster
-from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.cluster.registry import ENTRY_POINT_GROUP, available_backends, backend_for, check, get_backend
+from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.config import load_config as _load_config
 
 if TYPE_CHECKING:

@@ -32,7 +32,14 @@ except ImportError:  # pragma: no cover - older dask
 
 from openclaw_dask.cluster.base import Backend, Capabilities, Engine
 from openclaw_dask.cluster.client import DistributedCluster
-from openclaw_dask.cluster.network import bind_host, dashboard_address, http_address, http_host, protocol, require_http_port
+from openclaw_dask.cluster.network import (
+    bind_host,
+    dashboard_address,
+    http_address,
+    http_host,
+    protocol,
+    require_http_port,
+)
 from openclaw_dask.cluster.plugins import BlasThreads, blas_threads, task_threads, worker_processes
 from openclaw_dask.cluster.running import RunningCluster, ThreadedEngine
 from openclaw_dask.cluster.security import security_for, tls_plan

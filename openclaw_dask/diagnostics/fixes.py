@@ -102,8 +102,8 @@ def write_fixed(fixed: FixedConfig, path: str | os.PathLike[str], *, force: bool
         The fixed config does not validate (nothing is written), ``path`` exists (without
         ``force``) or is a symbolic link, or it cannot be written.
     """
-    from openclaw_dask.loading import load_checked as load_config
     from openclaw_dask.files import replacing
+    from openclaw_dask.loading import load_checked as load_config
 
     target = Path(path)
     # The draft sits beside the target: relative paths in a config file are relative to the file.

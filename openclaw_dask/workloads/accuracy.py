@@ -32,8 +32,20 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "Bound", "EPS", "LIBM_ULPS", "U", "Verdict", "abs_matmul", "compare", "elementwise", "exact", "gamma",
-    "matmul", "normal_equations", "rounding", "sum_of",
+    "EPS",
+    "LIBM_ULPS",
+    "Bound",
+    "U",
+    "Verdict",
+    "abs_matmul",
+    "compare",
+    "elementwise",
+    "exact",
+    "gamma",
+    "matmul",
+    "normal_equations",
+    "rounding",
+    "sum_of",
 ]
 
 EPS = float(np.finfo(np.float64).eps)  # 2**-52: the spacing of floats in [1, 2)
