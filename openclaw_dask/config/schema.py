@@ -18,7 +18,6 @@ from typing import Any
 from openclaw_dask.config import model
 from openclaw_dask.config.values import (
     ENGINES,
-    IO_FORMATS,
     MAX_CHUNKS,
     SOCKET_BUFFER_RANGE,
     STRATEGIES,
@@ -26,7 +25,7 @@ from openclaw_dask.config.values import (
     Invalid,
 )
 
-__all__ = ["ENGINES", "IO_FORMATS", "KEYS", "MAX_CHUNKS", "SECTIONS", "SECTION_CLASSES", "SOCKET_BUFFER_RANGE",
+__all__ = ["ENGINES", "KEYS", "MAX_CHUNKS", "SECTIONS", "SECTION_CLASSES", "SOCKET_BUFFER_RANGE",
            "STRATEGIES", "TYPED_SECTIONS", "ChunkSize", "Invalid", "Key", "declared_keys", "key_by_name",
            "section_classes"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from dask.utils import byte_sizes, parse_timedelta
 
-__all__ = ["COMMUNICATIONS", "ENGINES", "IO_FORMATS", "LOG_LEVELS", "MAX_CHUNKS", "MAX_WORKERS", "MISSING_CHUNKS",
+__all__ = ["COMMUNICATIONS", "ENGINES", "LOG_LEVELS", "MAX_CHUNKS", "MAX_WORKERS", "MISSING_CHUNKS",
            "SERVICE_TYPES", "SOCKET_BUFFER_RANGE", "STRATEGIES", "ChunkSize", "Invalid", "backend_name", "boolean",
            "choice", "chunk_size", "dashboard", "devices", "dns_label", "duration", "env_mapping", "fraction", "integer",
            "local_directory", "log_level", "max_spill", "optional_text", "port", "ranged", "ratio", "size",
@@ -330,7 +330,6 @@ max_spill.range = "1MiB to 1PiB"  # type: ignore[attr-defined]
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 STRATEGIES = ("data", "model", "pipeline")
 SERVICE_TYPES = ("clusterip", "nodeport", "loadbalancer")
-IO_FORMATS = ("npy", "raw", "zarr", "hdf5")
 MISSING_CHUNKS = ("error", "fill")
 ENGINES = ("auto", "threads", "distributed")
 COMMUNICATIONS = ("auto", "tcp", "inproc", "tls", "ucx", "nccl", "gloo")
