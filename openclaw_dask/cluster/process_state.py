@@ -62,6 +62,7 @@ class ProcessState:
     def __init__(self) -> None:
         self._layers: list[tuple[object, Layer]] = []
         self._lock = threading.RLock()
+        self._found: dict[str, Any] = {}
         self._dask_before: dict[str, Any] = {}
         self._made: set[str] = set()
         self._levels_before: dict[str, int] = {}
@@ -70,7 +71,11 @@ class ProcessState:
     @contextlib.contextmanager
     def holding(self, owner: object, layer: Layer) -> Iterator[None]:
         """Hold ``layer`` for ``owner`` over the block (:meth:`update` changes it meanwhile)."""
+        import dask
+
         with self._lock:
+            if not self._layers:  # what the process had: a key any layer sets later returns to its value here
+                self._found = copy.deepcopy(dask.config.config)
             self._layers.append((owner, layer))
             self._apply()
         try:
@@ -109,11 +114,11 @@ class ProcessState:
         want = dict(top.dask) if top is not None else {}
         for key in want:
             if key not in self._dask_before:
-                before = dask.config.get(key, _ABSENT)
+                before = dask.config.get(key, _ABSENT, config=self._found)
                 self._dask_before[key] = before if before is _ABSENT else copy.deepcopy(before)
                 parts = key.split(".")  # sections the key makes: removed again once empty
                 self._made.update(p for p in (".".join(parts[:n]) for n in range(1, len(parts)))
-                                  if dask.config.get(p, _ABSENT) is _ABSENT)
+                                  if dask.config.get(p, _ABSENT, config=self._found) is _ABSENT)
         for key, before in self._dask_before.items():
             _put(key, want[key] if key in want else before)
         for section in sorted(self._made, key=len, reverse=True):
@@ -122,6 +127,7 @@ class ProcessState:
         if top is None:
             self._dask_before.clear()
             self._made.clear()
+            self._found = {}
 
     def _apply_levels(self, top: Layer | None) -> None:
         from openclaw_dask.cluster.plugins import LOGGERS
