@@ -13,43 +13,46 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from openclaw_dask.chunking import ChunkPlan, plan_chunks
+from openclaw_dask.cluster import running_of
 from openclaw_dask.errors import OpenclawError
 
 if TYPE_CHECKING:
     import dask.array as da
+
+    from openclaw_dask.cluster import SessionLike
 
 __all__ = ["FILLS", "array", "chunk_plan", "chunks", "from_array", "to_numpy"]
 
 FILLS = ("arange", "random", "noise", "zeros", "ones")
 
 
-def chunk_plan(session: Any, shape: tuple[int, ...], dtype: Any = "float64") -> ChunkPlan:
+def chunk_plan(session: SessionLike, shape: tuple[int, ...], dtype: Any = "float64") -> ChunkPlan:
     """The chunks :func:`chunks` would choose for ``session``, with the reason (see :mod:`openclaw_dask.chunking`)."""
     p = session.config.parallel
-    memory, threads = session.running.worker_memory()
+    memory, threads = running_of(session).worker_memory()
     return plan_chunks(
         tuple(shape), dtype, task_chunk_size=p.task_chunk_size, strategy=p.strategy, slots=session.slots,
         task_overhead_s=session.engine.task_overhead_s, worker_memory=memory, threads_per_worker=threads,
     )
 
 
-def chunks(session: Any, shape: tuple[int, ...], dtype: Any = "float64") -> tuple[tuple[int, ...], ...]:
+def chunks(session: SessionLike, shape: tuple[int, ...], dtype: Any = "float64") -> tuple[tuple[int, ...], ...]:
     """Dask chunks for ``shape`` and ``dtype`` from ``task_chunk_size`` and ``strategy``."""
     return chunk_plan(session, shape, dtype).chunks
 
 
-def _fill_block(kind: str, seed: int, dtype: str, block_info: dict | None = None) -> np.ndarray:
+def _fill_block(kind: str, seed: int, dtype: str, block_info: dict[Any, Any]) -> np.ndarray:
     """Make one block on the worker that runs it (nothing travels from the client)."""
     info = block_info[None]
     location = info["array-location"]
     shape = tuple(stop - start for start, stop in location)
     if kind == "arange":  # value = flat index, so sums have a closed form
         strides = np.cumprod((1,) + tuple(info["shape"][:0:-1]))[::-1]
-        block = np.zeros(shape, dtype=dtype) if len(shape) > 1 else None
-        for axis, ((start, stop), stride) in enumerate(zip(location, strides)):
-            coords = np.arange(start * stride, stop * stride, stride, dtype=dtype)
-            if block is None:
-                return coords
+        axes = [np.arange(start * stride, stop * stride, stride, dtype=dtype) for (start, stop), stride in zip(location, strides)]
+        if len(axes) == 1:  # the coordinates are the block
+            return axes[0]
+        block = np.zeros(shape, dtype=dtype)
+        for axis, coords in enumerate(axes):
             block += coords.reshape((-1,) + (1,) * (len(shape) - axis - 1))
         return block
     if kind == "noise":  # pseudo-random in (-1, 1) from each element's flat index: the same for any chunks
@@ -57,14 +60,14 @@ def _fill_block(kind: str, seed: int, dtype: str, block_info: dict | None = None
         return np.modf(np.sin(index * 12.9898 + seed * 78.233) * 43758.5453)[0].astype(dtype)
     if kind == "random":
         rng = np.random.default_rng([seed, *info["chunk-location"]])
-        return rng.random(shape, dtype=dtype) if np.dtype(dtype).kind == "f" else rng.integers(0, 1000, shape).astype(dtype)
+        return rng.random(shape, dtype=np.dtype(dtype)) if np.dtype(dtype).kind == "f" else rng.integers(0, 1000, shape).astype(dtype)
     if kind == "zeros":
         return np.zeros(shape, dtype=dtype)
     return np.ones(shape, dtype=dtype)
 
 
 def array(
-    session: Any,
+    session: SessionLike,
     shape: tuple[int, ...] | int,
     dtype: Any = "float64",
     *,
@@ -106,7 +109,7 @@ def array(
     return _on_device(session, da.map_blocks(_fill_block, fill, seed, dtype.str, chunks=chunks, dtype=dtype, meta=meta, name=name))
 
 
-def _on_device(session: Any, x: da.Array) -> da.Array:
+def _on_device(session: SessionLike, x: da.Array) -> da.Array:
     """``x`` with chunks of dask's ``array.backend`` in the session, converted where they are made.
 
     Backend ``cuda`` sets it to ``cupy``; a ``dask:`` section can too, for a ``remote``
@@ -118,13 +121,13 @@ def _on_device(session: Any, x: da.Array) -> da.Array:
     return x if library == "numpy" else x.to_backend(library)
 
 
-def to_numpy(session: Any, x: Any) -> np.ndarray:
+def to_numpy(session: SessionLike, x: Any) -> np.ndarray:
     """Compute ``x`` in ``session`` and bring it home as NumPy (from CuPy chunks too)."""
     result = session.compute(x) if hasattr(x, "__dask_graph__") else x
     return np.asarray(result.get() if type(result).__module__.startswith("cupy") else result)  # device -> host
 
 
-def from_array(session: Any, x: Any) -> da.Array:
+def from_array(session: SessionLike, x: Any) -> da.Array:
     """Wrap an array-like as a dask array chunked by ``session``.
 
     NumPy arrays are scattered to the workers block by block, so the graph stays
@@ -138,4 +141,4 @@ def from_array(session: Any, x: Any) -> da.Array:
     chunks = session.chunks(x.shape, x.dtype)
     if not isinstance(x, np.ndarray):
         return _on_device(session, da.from_array(x, chunks=chunks))
-    return _on_device(session, session.running.from_numpy(x, chunks))  # scattered block by block to a cluster's workers
+    return _on_device(session, running_of(session).from_numpy(x, chunks))  # scattered block by block to a cluster's workers

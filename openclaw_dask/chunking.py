@@ -168,11 +168,12 @@ def plan_chunks(
     shape = tuple(int(s) for s in shape)
     dtype = np.dtype(dtype)
     total = dtype.itemsize * math.prod(shape)
-    if task_chunk_size.kind == "bytes":
-        target, reason = int(task_chunk_size.value), f"task_chunk_size = {format_bytes(task_chunk_size.value)}"
-    elif task_chunk_size.kind == "elements":
-        target = int(task_chunk_size.value) * dtype.itemsize
-        reason = f"task_chunk_size = {task_chunk_size.value} elements x {dtype.itemsize} B"
+    size = task_chunk_size.value  # None only for auto
+    if task_chunk_size.kind == "bytes" and size is not None:
+        target, reason = int(size), f"task_chunk_size = {format_bytes(size)}"
+    elif task_chunk_size.kind == "elements" and size is not None:
+        target = int(size) * dtype.itemsize
+        reason = f"task_chunk_size = {size} elements x {dtype.itemsize} B"
     else:
         target, reason = _auto_target(total, dtype.itemsize, max(1, slots), task_overhead_s, worker_memory, threads_per_worker)
 

@@ -7,14 +7,17 @@ memory, the chunk rule, the dashboard link and the state of recovery. Every valu
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dask.utils import format_bytes
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster import SessionLike
 
 __all__ = ["session_html", "session_rows"]
 
 
-def session_rows(s: Any) -> list[tuple[str, str]]:
+def session_rows(s: SessionLike) -> list[tuple[str, str]]:
     """The facts the repr shows, as (label, text) pairs: what a notebook user asks of a session first."""
     state = "closed" if s.closed else "running" if s.started else "not started"
     rows = [("backend", f"{s.backend.name} ({state})"), ("engine", str(s.engine))]
@@ -35,7 +38,7 @@ def session_rows(s: Any) -> list[tuple[str, str]]:
     return rows
 
 
-def session_html(s: Any) -> str:
+def session_html(s: SessionLike) -> str:
     """The session as an HTML table (links clickable, everything else escaped)."""
     cells = []
     for label, text in session_rows(s):
@@ -52,12 +55,12 @@ def _host_memory() -> str:
     return f"{format_bytes(psutil.virtual_memory().total)} (this host, shared)"
 
 
-def _dashboard(s: Any) -> str:
+def _dashboard(s: SessionLike) -> str:
     link = s.running.dashboard_link if s.running is not None and not s.closed else None
     return link or ""
 
 
-def _recovery(s: Any) -> str:
+def _recovery(s: SessionLike) -> str:
     retries = s.config.fault_tolerance.retries
     if s.running is None or s.closed or not s.running.can_lose_workers:
         return f"retries {retries}; no workers to lose"

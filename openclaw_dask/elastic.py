@@ -5,9 +5,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from openclaw_dask.cluster import running_of
 from openclaw_dask.errors import ResizeError
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster import SessionLike
 
 __all__ = ["Elastic", "ResizeResult"]
 
@@ -30,7 +34,7 @@ class Elastic:
 
     last_resize: float | None = None  # time.monotonic() of the last resize
 
-    def resize(self, session: Any, n: int, *, force: bool = False) -> ResizeResult:
+    def resize(self, session: SessionLike, n: int, *, force: bool = False) -> ResizeResult:
         """Grow or shrink ``session``'s cluster to ``n`` workers, at run time (backends that can resize).
 
         Growing waits until the new workers have joined (up to ``parallel.timeout``).
@@ -48,7 +52,7 @@ class Elastic:
         held = session.client.run_on_scheduler(_bytes_per_worker)
         before = set(held)
         t0 = time.perf_counter()
-        settled = session.running.scale(n)
+        settled = running_of(session).scale(n)
         timeout = session.config.parallel.timeout
         deadline = time.monotonic() + timeout
         # also until the cluster agrees: a resize right after must not race the retired workers' shutdown
@@ -64,7 +68,7 @@ class Elastic:
                     result.bytes_moved)
         return result
 
-    def _check(self, session: Any, n: int, force: bool) -> None:
+    def _check(self, session: SessionLike, n: int, force: bool) -> None:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ResizeError(f"resize_workers({n!r}): the number of workers must be an integer >= 1")
         backend = session.backend

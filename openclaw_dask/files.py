@@ -119,7 +119,7 @@ def replacing(path: str | os.PathLike[str], *, force: bool = False, binary: bool
         raise ConfigError(f"cannot write {target}: {e.strerror}") from None
     draft = Path(name)
     try:
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as f:
             yield f, draft
             f.flush()
             os.fchmod(f.fileno(), _mode(target))

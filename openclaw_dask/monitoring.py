@@ -110,7 +110,7 @@ def register_collector(metrics: RunMetrics, scheduler: Any) -> Any:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     class OpenclawCollector:
-        def collect(self):
+        def collect(self) -> Iterator[Any]:
             workers = list(scheduler.workers.values())  # read on the scheduler's own thread: no RPC
             yield GaugeMetricFamily("openclaw_workers", "Workers connected to the scheduler", value=len(workers))
             yield GaugeMetricFamily("openclaw_threads", "Task threads over all workers", value=sum(w.nthreads for w in workers))
@@ -129,21 +129,21 @@ def register_collector(metrics: RunMetrics, scheduler: Any) -> Any:
                         family.add_metric([workload], value)
                     yield family
                 gbps = GaugeMetricFamily("openclaw_workload_last_gbps", "GB/s of the last run", labels=["workload"])
-                for workload, value in metrics.last_gbps.items():
-                    gbps.add_metric([workload], value)
+                for workload, last in metrics.last_gbps.items():
+                    gbps.add_metric([workload], last)
                 yield gbps
                 if metrics.imbalance is not None:
                     yield GaugeMetricFamily("openclaw_profile_imbalance", "Busiest lane over the mean lane, last profile",
                                             value=metrics.imbalance)
-                for name, help_text, value in (
+                for name, help_text, known in (
                     ("openclaw_workers_lost", "Workers that left without being retired (killed, crashed, cut off)",
                      metrics.workers_lost),
                     ("openclaw_tasks_recomputed", "Task runs that lost workers forced", metrics.tasks_recomputed),
                     ("openclaw_failures_recovered", "Worker losses whose tasks all came back without an error",
                      metrics.failures_recovered),
                 ):
-                    if value is not None:
-                        yield CounterMetricFamily(name, help_text, value=value)
+                    if known is not None:
+                        yield CounterMetricFamily(name, help_text, value=known)
                 verdicts = GaugeMetricFamily("openclaw_profile_verdicts", "Verdicts of the last profile", labels=["kind"])
                 for kind, count in metrics.verdicts.items():
                     verdicts.add_metric([kind], count)

@@ -7,7 +7,10 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster import RunningCluster
 
 __all__ = ["aside", "bar", "status", "track_persist", "watch_aside"]
 
@@ -29,9 +32,9 @@ def bar(description: str, total: int | None, enabled: bool) -> Iterator[Any]:
         yield lambda n=1: progress.advance(task, n)
 
 
-def track_persist(session: Any, collection: Any, description: str, *, show: bool) -> Any:
-    """Persist ``collection`` in ``session`` and wait for it, with a bar per finished task."""
-    return session.running.persist(collection, progress=lambda total: bar(description, total, show))
+def track_persist(running: RunningCluster, collection: Any, description: str, *, show: bool) -> Any:
+    """Persist ``collection`` on the started engine ``running`` and wait for it, with a bar per finished task."""
+    return running.persist(collection, progress=lambda total: bar(description, total, show))
 
 
 @contextmanager

@@ -55,7 +55,7 @@ class Registry(Generic[T]):
     def plugins(self) -> dict[str, EntryPoint]:
         """Entry points of other packages by name, scanned once (not loaded: that may import heavy code)."""
         if self._entry_points is None:
-            found = {}
+            found: dict[str, EntryPoint] = {}
             for ep in entry_points(group=self.group):
                 if ep.name in self.builtins:
                     logger.warning("ignoring %s entry point %s = %s: %s is a built-in %s",

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from openclaw_dask.cluster import running_of
 from openclaw_dask.errors import ConfigError, OpenclawError, RunError
 from openclaw_dask.parts import Terminated
 from openclaw_dask.session import Session, activated
@@ -42,7 +43,7 @@ def run_file(config: Any, path: str | Path, args: tuple[str, ...] = ()) -> dict[
             _raise_if_lost(s)
         counts: dict[str, Any] = dict.fromkeys(("workers_lost", "tasks_recomputed", "failures_recovered"))
         workers = 0
-        if s.running.lost(0) is None:  # else the script said why it failed; its scheduler cannot count any more
+        if running_of(s).lost(0) is None:  # else the script said why it failed; its scheduler cannot count any more
             workers = len(s.workers()) or 1
             recovery = s.recovery()  # the session is this run's alone: its counts are the run's
             counts = {name: getattr(recovery, name) for name in counts}
@@ -50,7 +51,7 @@ def run_file(config: Any, path: str | Path, args: tuple[str, ...] = ()) -> dict[
             "backend": s.backend.name, "engine": str(s.engine), "workers": workers, **counts}
 
 
-def run_script(session: Any, path: str | Path, args: tuple[str, ...] = ()) -> int:
+def run_script(session: Session, path: str | Path, args: tuple[str, ...] = ()) -> int:
     """Execute ``path`` as ``__main__`` with ``session`` active; return its exit code.
 
     ``openclaw_dask.session()`` with no arguments inside the script returns ``session``.
@@ -104,16 +105,15 @@ def _source(path: Path) -> bytes:
         raise ConfigError(f"cannot read script {path}: {e.strerror or e}", hint="check its permissions, or run a readable copy") from None
 
 
-def _raise_if_lost(session: Any) -> None:
+def _raise_if_lost(session: Session) -> None:
     """:class:`RunError` naming why, when the session's cluster ended under it (a lost scheduler, an MPI job gone)."""
-    running = getattr(session, "running", None)
-    lost = running.lost(0) if running is not None else None
+    lost = session.running.lost(0) if session.running is not None else None
     if lost:
         raise RunError(lost) from None
 
 
 @contextlib.contextmanager
-def _lost_ends_run(session: Any) -> Iterator[None]:
+def _lost_ends_run(session: Session) -> Iterator[None]:
     """Whatever distributed raised once its scheduler was gone becomes the one line saying so."""
     try:
         yield

@@ -16,18 +16,22 @@ import contextlib
 import logging
 import multiprocessing
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask import arrays, display, parts
-from openclaw_dask.cluster import backend_for, check
+from openclaw_dask.cluster import backend_for, check, running_of
 from openclaw_dask.config import Config, load_config
 from openclaw_dask.elastic import Elastic, ResizeResult
 from openclaw_dask.errors import OpenclawError
 from openclaw_dask.monitoring import Recovery, RunMetrics
 
 if TYPE_CHECKING:
-    from openclaw_dask.cluster import RunningCluster
+    import dask.array as da
+    import numpy as np
+
+    from openclaw_dask.chunking import ChunkPlan
+    from openclaw_dask.cluster import RunningCluster, SessionLike
 
 __all__ = ["Session", "activated", "active_session", "resize_workers", "session"]
 
@@ -56,9 +60,6 @@ class Session:
     metrics : RunMetrics
         What the session has done, for reports and Prometheus.
     """
-
-    # Arrays and chunks of this session (openclaw_dask.arrays): its functions, as methods.
-    array, from_array, chunk_plan, chunks, to_numpy = arrays.array, arrays.from_array, arrays.chunk_plan, arrays.chunks, arrays.to_numpy
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -121,12 +122,7 @@ class Session:
     @property
     def client(self) -> Any:
         """The :class:`distributed.Client`; on a local :attr:`engine` an :class:`OpenclawError` that says how to get one."""
-        return self._running().client
-
-    def _running(self) -> RunningCluster:
-        if self.running is None:
-            raise OpenclawError("this session is not started; use openclaw_dask.session(), which starts it")
-        return self.running
+        return running_of(self).client
 
     @property
     def cluster(self) -> Any:
@@ -148,12 +144,12 @@ class Session:
         One collection gives its result; several give a tuple, as :func:`dask.compute`.
         Failed tasks are retried ``fault_tolerance.retries`` times (distributed engine).
         """
-        results = self._running().compute(list(collections), **kwargs)
+        results = running_of(self).compute(list(collections), **kwargs)
         return results[0] if len(collections) == 1 else results
 
     def persist(self, collection: Any) -> Any:
         """Compute ``collection`` into worker memory (into the graph on a local scheduler) and return it."""
-        return self._running().persist(collection)
+        return running_of(self).persist(collection)
 
     def recovery(self) -> Recovery:
         """Workers lost, tasks recomputed and failures recovered since the session started.
@@ -169,6 +165,28 @@ class Session:
     def resize_workers(self, n: int, *, force: bool = False) -> ResizeResult:
         """Grow or shrink the cluster to ``n`` workers at run time; see :meth:`openclaw_dask.elastic.Elastic.resize`."""
         return self.elastic.resize(self, n, force=force)
+
+    def chunk_plan(self, shape: tuple[int, ...], dtype: Any = "float64") -> ChunkPlan:
+        """The chunks :meth:`chunks` would choose, with the reason; see :func:`openclaw_dask.arrays.chunk_plan`."""
+        return arrays.chunk_plan(self, shape, dtype)
+
+    def chunks(self, shape: tuple[int, ...], dtype: Any = "float64") -> tuple[tuple[int, ...], ...]:
+        """Dask chunks for ``shape`` and ``dtype``; see :func:`openclaw_dask.arrays.chunks`."""
+        return arrays.chunks(self, shape, dtype)
+
+    def array(self, shape: tuple[int, ...] | int, dtype: Any = "float64", *,
+              fill: str | Callable[..., np.ndarray] = "random", seed: int = 0,
+              chunks: tuple[tuple[int, ...], ...] | None = None) -> da.Array:
+        """A new dask array whose blocks are made on the workers; see :func:`openclaw_dask.arrays.array`."""
+        return arrays.array(self, shape, dtype, fill=fill, seed=seed, chunks=chunks)
+
+    def from_array(self, x: Any) -> da.Array:
+        """Wrap an array-like as a dask array chunked by this session; see :func:`openclaw_dask.arrays.from_array`."""
+        return arrays.from_array(self, x)
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        """Compute ``x`` here and bring it home as NumPy; see :func:`openclaw_dask.arrays.to_numpy`."""
+        return arrays.to_numpy(self, x)
 
 
 @contextlib.contextmanager
@@ -240,3 +258,8 @@ def resize_workers(n: int, *, force: bool = False) -> ResizeResult:
     if current is None:
         raise OpenclawError("resize_workers(): no session is open; start one with openclaw_dask.session(backend='process')")
     return current.resize_workers(n, force=force)
+
+
+if TYPE_CHECKING:
+    def _is_session_like(s: Session) -> SessionLike:  # mypy checks that a Session satisfies the protocol
+        return s

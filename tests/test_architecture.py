@@ -37,6 +37,14 @@ def test_import_layers_hold():
     assert "Contracts: 1 kept, 0 broken." in r.stdout
 
 
+def test_types_check(tmp_path):
+    """mypy at the level [tool.mypy] in pyproject.toml sets; a fresh cache, so a stale one cannot hide an error."""
+    r = subprocess.run([str(BIN / "mypy"), "--cache-dir", str(tmp_path / "mypy")], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "Success" in r.stdout
+
+
 def test_no_backend_name_is_compared_outside_cluster():
     pattern = re.compile(r"backend[a-z_]* *(==|!=|in |not in )")
     found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"

@@ -82,7 +82,7 @@ def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
         except KeyboardInterrupt:
             fail("interrupted", 130)
         except Terminated as e:
-            fail("terminated (SIGTERM)", e.code)
+            fail("terminated (SIGTERM)", e.code if isinstance(e.code, int) else 128 + 15)
 
     return wrapper
 

@@ -80,7 +80,7 @@ def profile(target: str, script_args: tuple[str, ...], config_path: str | None, 
         print_profile(result.report)
         if html_path:
             click.echo(f"wrote {Path(html_path).resolve()}")
-        if fixed is not None:
+        if fixed is not None and fix_path:
             click.echo("\n".join(_fix_lines(fixed, Path(fix_path))))
     if result.exit_code:
         fail(f"{'script' if is_script else target} failed (exit code {result.exit_code})", result.exit_code)

@@ -31,7 +31,9 @@ def _commands(command: click.Command, path: list[str], parent: click.Context | N
     yield " ".join(path), command.get_help(ctx)
     if isinstance(command, click.Group):
         for name in sorted(command.list_commands(ctx)):
-            yield from _commands(command.get_command(ctx, name), [*path, name], ctx)
+            sub = command.get_command(ctx, name)
+            if sub is not None:  # listed, so found
+                yield from _commands(sub, [*path, name], ctx)
 
 
 def cli_reference() -> str:

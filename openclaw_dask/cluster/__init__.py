@@ -15,6 +15,7 @@ from openclaw_dask.cluster.base import Backend, Capabilities
 from openclaw_dask.cluster.client import DistributedCluster
 from openclaw_dask.cluster.registry import ENTRY_POINT_GROUP, available_backends, backend_for, check, get_backend
 from openclaw_dask.cluster.running import RunningCluster
+from openclaw_dask.cluster.session_like import SessionLike, running_of
 from openclaw_dask.config import load_config as _load_config
 
 if TYPE_CHECKING:
@@ -26,11 +27,13 @@ __all__ = [
     "Capabilities",
     "DistributedCluster",
     "RunningCluster",
+    "SessionLike",
     "available_backends",
     "backend_for",
     "check",
     "get_backend",
     "load_for_backend",
+    "running_of",
 ]
 
 

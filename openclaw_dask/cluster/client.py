@@ -303,7 +303,7 @@ class SchedulerComm:
         self.address = getattr(client.scheduler, "address", None)
         self.since: float | None = None
         self._check = PeriodicCallback(self._poll, self.INTERVAL_MS)
-        client.loop.add_callback(self._check.start)
+        self._soon(self._check.start)
 
     def lost(self) -> str | None:
         """Why the scheduler is gone (its comm closed), or ``None`` while it is connected."""
@@ -316,7 +316,7 @@ class SchedulerComm:
     def stop(self) -> None:
         """Stop watching (the session closes the client itself)."""
         with contextlib.suppress(Exception):
-            self.running.client.loop.add_callback(self._check.stop)
+            self._soon(self._check.stop)
 
     def _poll(self) -> None:
         if self.running.closed:
@@ -332,7 +332,13 @@ class SchedulerComm:
         client = self.running.client
         # its reconnect attempt, cancelled by the close, logs a traceback: the loss is reported once, by openclaw
         logging.getLogger("distributed.client").addFilter(_silent)
-        client.loop.add_callback(lambda: asyncio.ensure_future(client._close(fast=True)))
+        self._soon(lambda: asyncio.ensure_future(client._close(fast=True)))
+
+    def _soon(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` on the client's event loop (which a closed client no longer has: then nothing runs)."""
+        loop = self.running.client.loop
+        if loop is not None:
+            loop.add_callback(fn)
 
 
 def _silent(record: logging.LogRecord) -> bool:

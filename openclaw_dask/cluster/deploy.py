@@ -60,7 +60,7 @@ def _settings(config: Config) -> dict[str, Any]:
 def _command(argv: list[str], settings: dict[str, Any]) -> Command:
     import dask.config
 
-    nested: dict = {}
+    nested: dict[str, Any] = {}
     for key, value in settings.items():
         dask.config.set({key: value}, config=nested)
     env = {**os.environ, "DASK_INTERNAL_INHERIT_CONFIG": dask.config.serialize(nested)}
@@ -190,7 +190,8 @@ def worker_command(config: Config, address: str | None = None, *, scheduler_file
         raise ConfigError("openclaw worker needs the scheduler's address",
                           hint="openclaw worker tcp://HOST:8786, or --scheduler-file, or cluster.scheduler_address")
     bind, web = _bind(config)
-    backend, env, settings = _deployed(config), {}, _settings(config)
+    backend, settings = _deployed(config), _settings(config)
+    env: dict[str, str] = {}
     where = [address] if address else ["--scheduler-file", scheduler_file]
     if backend.capabilities.gpu:  # dask-cuda's worker CLI: it starts one worker per visible GPU itself
         shape, env = _gpu_worker(config, backend, settings)

@@ -136,7 +136,7 @@ def visible_devices(devices: Sequence[Device], wanted: Sequence[int] | None,
     env = os.environ.get("CUDA_VISIBLE_DEVICES") if env is None else env
     if env is None or env.strip() == "":
         return tuple(devices) if env is None else ()
-    picked = []
+    picked: list[Device] = []
     for entry in (e.strip() for e in env.split(",")):
         match = [d for d in devices if (entry.isdigit() and d.index == int(entry)) or d.uuid.startswith(entry)]
         picked.extend(m for m in match if m not in picked)

@@ -55,10 +55,10 @@ def _glibc() -> ctypes.CDLL | None:
 @contextlib.contextmanager
 def heap_reuse() -> Iterator[None]:
     """Keep freed blocks in the heap while the block runs; give them back on exit (glibc only)."""
-    libc = _glibc()
     # not without glibc, over the user's own MALLOC_* tuning, or inside a session that did it already
-    ours = libc is not None and not any(k.startswith("MALLOC_") for k in os.environ) and not _depth[0]
-    if ours:
+    ours = not any(k.startswith("MALLOC_") for k in os.environ) and not _depth[0]
+    libc = _glibc() if ours else None
+    if libc is not None:
         for param, value in _REUSE:
             libc.mallopt(param, value)
         logger.debug("malloc keeps freed memory for reuse while the session runs")
@@ -67,7 +67,7 @@ def heap_reuse() -> Iterator[None]:
         yield
     finally:
         _depth[0] -= 1
-        if ours:
+        if libc is not None:
             for param, value in _DEFAULTS:
                 libc.mallopt(param, value)
             libc.malloc_trim(0)

@@ -92,7 +92,7 @@ def cluster_spec(config: Config) -> dict[str, Any]:
     k = config.kubernetes
     env = _env(config)
     command, args, resources = _worker(config)
-    spec = make_cluster_spec(name=k.cluster_name, image=k.image, n_workers=config.parallel.workers, env=env,
+    spec = make_cluster_spec(name=k.cluster_name, image=k.image, n_workers=_pods(config), env=env,
                              resources=resources, worker_command=command, scheduler_service_type=SERVICE_TYPES[k.service_type])
     spec["metadata"]["namespace"] = k.namespace
     worker = spec["spec"]["worker"]["spec"]["containers"][0]
@@ -129,9 +129,7 @@ class KubernetesBackend(Backend):
     def check(self, config: Config) -> None:
         super().check(config)
         p = config.parallel
-        if p.workers == "auto":
-            raise ConfigError.at(config, "parallel.workers", "backend kubernetes needs a number of worker pods",
-                                 hint="e.g. --set parallel.workers=8")
+        _pods(config)
         if p.communication not in ("auto", "tcp"):
             raise ConfigError.at(config, "parallel.communication", "the operator connects pods with tcp:// addresses",
                                  hint="use auto or tcp")
@@ -196,7 +194,15 @@ def autoscale(cluster: Any, config: Config) -> Callable[[], None]:
     """The operator's autoscaler on ``cluster`` between ``elastic.min_workers`` and ``max_workers``; returns its stop."""
     e = config.elastic  # max_workers is a number here: the backend's check refuses "auto"
     cluster.adapt(minimum=e.min_workers, maximum=e.max_workers)
-    return _Stop(cluster, config.parallel.workers).stop
+    return _Stop(cluster, _pods(config)).stop
+
+
+def _pods(config: Config) -> int:
+    """``parallel.workers``: worker pods need a number, not auto."""
+    if config.parallel.workers == "auto":
+        raise ConfigError.at(config, "parallel.workers", "backend kubernetes needs a number of worker pods",
+                             hint="e.g. --set parallel.workers=8")
+    return config.parallel.workers
 
 
 class _Stop:

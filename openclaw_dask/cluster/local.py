@@ -28,7 +28,7 @@ from dask.system import CPU_COUNT
 try:  # dask >= 2026.1: contextvars follow each task into its thread
     from dask.threaded import ContextAwareThreadPoolExecutor as _Executor
 except ImportError:  # pragma: no cover - older dask
-    from concurrent.futures import ThreadPoolExecutor as _Executor
+    from concurrent.futures import ThreadPoolExecutor as _Executor  # type: ignore[assignment]  # its base class, same use
 
 from openclaw_dask.cluster.base import Backend, Capabilities, Engine
 from openclaw_dask.cluster.client import DistributedCluster

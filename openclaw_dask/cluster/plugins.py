@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
+
+if TYPE_CHECKING:
+    from distributed import Worker
+
+    from openclaw_dask.config import Config
 
 __all__ = ["BLAS_VARIABLES", "LOGGERS", "TRANSFER_KEYS", "BlasThreads", "CupyPool", "LogLevel", "TransferBuffer", "blas_env",
            "blas_threads", "task_threads", "worker_processes"]
@@ -24,7 +30,7 @@ class LogLevel(WorkerPlugin):
     def __init__(self, level: str) -> None:
         self.level = level
 
-    def setup(self, worker) -> None:
+    def setup(self, worker: Worker) -> None:
         for name in LOGGERS:
             logging.getLogger(name).setLevel(self.level)
 
@@ -41,7 +47,7 @@ class CupyPool(WorkerPlugin):
     def __init__(self, limit: int | None) -> None:
         self.limit = limit
 
-    def setup(self, worker) -> None:
+    def setup(self, worker: Worker) -> None:
         import cupy
 
         if self.limit is None:
@@ -66,7 +72,7 @@ class TransferBuffer(WorkerPlugin):
         self.limit = limit
         self._before: tuple[float, object] | None = None
 
-    def setup(self, worker) -> None:
+    def setup(self, worker: Worker) -> None:
         import dask.config
 
         # a worker reads the gather limit into its state once, as it starts; p2p reads the config each shuffle
@@ -75,7 +81,7 @@ class TransferBuffer(WorkerPlugin):
         worker.state.transfer_message_bytes_limit = self.limit
         dask.config.set({p2p: self.limit})
 
-    def teardown(self, worker) -> None:
+    def teardown(self, worker: Worker) -> None:
         import dask.config
 
         if self._before is not None:
@@ -94,14 +100,14 @@ class BlasThreads(WorkerPlugin):
 
     def __init__(self, n: int) -> None:
         self.n = n
-        self._limits = None
+        self._limits: Any = None  # threadpoolctl's limits while set
 
-    def setup(self, worker) -> None:
+    def setup(self, worker: Worker) -> None:
         from threadpoolctl import threadpool_limits
 
         self._limits = threadpool_limits(limits=self.n)
 
-    def teardown(self, worker) -> None:
+    def teardown(self, worker: Worker) -> None:
         if self._limits is not None:
             self._limits.restore_original_limits()
 
@@ -109,24 +115,24 @@ class BlasThreads(WorkerPlugin):
 # The shape of one worker process, the same for process, mpi and ``openclaw worker``.
 
 
-def blas_threads(config) -> int:
+def blas_threads(config: Config) -> int:
     """BLAS/OpenMP threads per worker process: ``omp_threads`` with ``hybrid``, else 1."""
     p = config.parallel
     return p.omp_threads if p.hybrid else 1
 
 
-def blas_env(config) -> dict[str, str]:
+def blas_env(config: Config) -> dict[str, str]:
     """The environment that starts a worker process with :func:`blas_threads` BLAS/OpenMP threads."""
     return dict.fromkeys(BLAS_VARIABLES, str(blas_threads(config)))
 
 
-def task_threads(config) -> int:
+def task_threads(config: Config) -> int:
     """Task threads per worker process: one with ``hybrid``, else ``omp_threads``."""
     p = config.parallel
     return 1 if p.hybrid else p.omp_threads
 
 
-def worker_processes(config) -> int:
+def worker_processes(config: Config) -> int:
     """``parallel.workers`` processes; ``auto`` = as many as the cores hold at ``omp_threads`` each."""
     from dask.system import CPU_COUNT
 

@@ -65,7 +65,7 @@ class RecoveryCounter(SchedulerPlugin):
         self.tasks_recomputed = 0
         self.failures_recovered = 0
         self._scheduler: Any = None
-        self._events: dict[str, dict] = {}  # worker -> its remove-worker event, until remove_worker() runs
+        self._events: dict[str, dict[str, Any]] = {}  # worker -> its remove-worker event, until remove_worker() runs
         self._restarting: set[str] = set()  # workers Client.restart is taking down
         self._rerun: set[Any] = set()  # lost tasks not started again yet
         self._losses_of: dict[Any, set[int]] = {}  # lost task -> the losses waiting for it to be in memory
@@ -184,7 +184,7 @@ class RecoveryWatch:
         self.local = scheduler is not None
         self.plugin = RecoveryCounter(metrics if self.local else None)
         self.registered = False
-        if self.local:
+        if scheduler is not None:
             # In this process: the scheduler keeps this very object, so counts reach the metrics live.
             handle.cluster.sync(scheduler.register_scheduler_plugin, plugin=self.plugin, name=self.plugin.name, idempotent=False)
             self.registered = True
@@ -197,7 +197,7 @@ class RecoveryWatch:
             logger.warning(
                 "lost workers and recomputed tasks are unknown for this run: the scheduler at %s could not load "
                 "openclaw's counter (%s: %s); install openclaw-dask where the scheduler runs to count them",
-                handle.client.scheduler.address, type(e).__name__, str(e).splitlines()[0] if str(e) else "",
+                getattr(handle.client.scheduler, "address", None), type(e).__name__, str(e).splitlines()[0] if str(e) else "",
             )
 
     def refresh(self) -> None:

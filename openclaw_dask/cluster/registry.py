@@ -61,7 +61,8 @@ def declared(name: str, *, source: str | None = None) -> Backend:
     """
     if name in _BUILTIN:
         return builtin(_BUILTIN[name])
-    return _instance(BACKENDS.get(name, source=source))
+    # a class is hashable: mypy checks type[Backend] against Hashable with Backend's unbound __hash__
+    return _instance(BACKENDS.get(name, source=source))  # type: ignore[arg-type]
 
 
 def get_backend(name: str, *, source: str | None = None) -> Backend:

@@ -41,17 +41,14 @@ class RemoteBackend(Backend):
     def check(self, config: Config) -> None:
         """Only the address, workers to wait for, timeout, TLS files and logging apply to someone else's cluster."""
         super().check(config)
-        p, c = config.parallel, config.cluster
-        if not c.scheduler_address:
-            raise ConfigError.at(config, "cluster.scheduler_address", "backend remote needs the address of a running dask-scheduler",
-                                 hint="e.g. tcp://127.0.0.1:8786")
-        scheme, sep, rest = c.scheduler_address.partition("://")
+        p, address = config.parallel, _address(config)
+        scheme, sep, rest = address.partition("://")
         host, _, port = (rest if sep else scheme).rpartition(":")
         if not sep or scheme not in ("tcp", "tls", "ucx", "inproc") or not host or not port.isdigit():
             raise ConfigError.at(config, "cluster.scheduler_address", "expected PROTOCOL://HOST:PORT",
                                  hint="e.g. tcp://127.0.0.1:8786 (as dask scheduler prints it)")
         if p.communication not in ("auto", scheme):
-            raise ConfigError.at(config, "parallel.communication", f"the scheduler address {c.scheduler_address} sets the protocol",
+            raise ConfigError.at(config, "parallel.communication", f"the scheduler address {address} sets the protocol",
                                  hint="use auto")
         self._check_tls(config, scheme, rest)
         for key, default in _THEIRS:
@@ -82,7 +79,7 @@ class RemoteBackend(Backend):
 
         The cluster belongs to the user: closing the session closes only the client.
         """
-        address, timeout, want = config.cluster.scheduler_address, config.parallel.timeout, config.parallel.workers
+        address, timeout, want = _address(config), config.parallel.timeout, config.parallel.workers
         logger.info("connecting to %s (timeout %ss)", address, timeout)
         client = _connect(address, timeout, security_for(config))
         running = DistributedCluster(self, config, client)  # its watch sees the scheduler stop while we wait
@@ -110,6 +107,14 @@ class RemoteBackend(Backend):
 
         buffer = config.parallel.fusion_buffer_size
         return [*super().worker_plugins(config), *([TransferBuffer(buffer)] if buffer is not None else [])]
+
+
+def _address(config: Config) -> str:
+    """``cluster.scheduler_address``, which backend remote cannot do without."""
+    if not config.cluster.scheduler_address:
+        raise ConfigError.at(config, "cluster.scheduler_address", "backend remote needs the address of a running dask-scheduler",
+                             hint="e.g. tcp://127.0.0.1:8786")
+    return config.cluster.scheduler_address
 
 
 def _connect(address: str, timeout: float, security: Any) -> Any:

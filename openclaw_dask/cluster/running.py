@@ -303,16 +303,17 @@ def _signals_deferred() -> Iterator[None]:
     import os
     import signal
 
-    noted: list[int] = []
+    noted: list[signal.Signals] = []
     kinds = (signal.SIGINT, signal.SIGTERM)
-    before = {k: signal.signal(k, lambda signum, frame: noted.append(signum)) for k in kinds}
+    before = {k: signal.signal(k, lambda signum, frame: noted.append(signal.Signals(signum))) for k in kinds}
     try:
         yield
     finally:
         for kind, handler in before.items():
             signal.signal(kind, handler)
         for signum in dict.fromkeys(noted):  # each once, in the order they came
-            if before[signum] not in (signal.SIG_IGN, None):
+            handler = before[signum]
+            if handler is not None and handler != signal.SIG_IGN:
                 os.kill(os.getpid(), signum)
 
 

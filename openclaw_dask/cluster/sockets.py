@@ -12,11 +12,13 @@ caps it at ``net.core.rmem_max`` / ``wmem_max``: a shortfall is logged once per 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import errno
 import logging
 import socket
+import ssl
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import dask.config
@@ -90,12 +92,13 @@ class _SizedTCPClient(TCPClient):
     """
 
     async def connect(
-        self, host: str, port: int, af: socket.AddressFamily = socket.AF_UNSPEC, ssl_options: Any = None,
-        max_buffer_size: int | None = None, **kwargs: Any,
+        self, host: str, port: int, af: socket.AddressFamily = socket.AF_UNSPEC,
+        ssl_options: dict[str, Any] | ssl.SSLContext | None = None, max_buffer_size: int | None = None,
+        source_ip: str | None = None, source_port: int | None = None, timeout: float | datetime.timedelta | None = None,
     ) -> IOStream:
         size = buffer_size()
-        if size is None or ssl_options is not None or kwargs:
-            return await super().connect(host, port, af, ssl_options, max_buffer_size, **kwargs)
+        if size is None or ssl_options is not None or (source_ip, source_port, timeout) != (None, None, None):
+            return await super().connect(host, port, af, ssl_options, max_buffer_size, source_ip, source_port, timeout)
         error: Exception = StreamClosedError()
         for family, address in await self.resolver.resolve(host, port, af):
             sock = socket.socket(family, socket.SOCK_STREAM)
@@ -121,6 +124,17 @@ class SizedTCPConnector(TCPConnector):
     client = _SizedTCPClient(resolver=BaseTCPConnector.client.resolver)
 
 
+class _Server(TCPServer):
+    """A TCPServer that hands each accepted stream to ``handle`` (distributed's listener assigns ``handle_stream``)."""
+
+    def __init__(self, handle: Callable[[IOStream, tuple[Any, ...]], Awaitable[None]], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._handle = handle
+
+    async def handle_stream(self, stream: IOStream, address: tuple[Any, ...]) -> None:
+        await self._handle(stream, address)
+
+
 class SizedTCPListener(TCPListener):
     """distributed's TCP listener whose listening sockets are sized (accepted ones inherit that)."""
 
@@ -131,8 +145,7 @@ class SizedTCPListener(TCPListener):
         if self._size is None:
             return await super().start()
         # distributed's own start, with the sockets sized between bind_sockets() and add_sockets()
-        self.tcp_server = TCPServer(max_buffer_size=MAX_BUFFER_SIZE, **self.server_args)
-        self.tcp_server.handle_stream = self._handle_stream
+        self.tcp_server = _Server(self._handle_stream, max_buffer_size=int(MAX_BUFFER_SIZE), **self.server_args)
         backlog = int(dask.config.get("distributed.comm.socket-backlog"))
         for attempt in range(5):
             try:
@@ -179,4 +192,7 @@ def installed() -> Iterator[None]:
     try:
         yield
     finally:
-        backends["tcp"] = before
+        if before is None:
+            backends.pop("tcp", None)
+        else:
+            backends["tcp"] = before

@@ -20,16 +20,19 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.errors import RunError
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster.session_like import SessionLike
 
 __all__ = ["StallWatch", "configured_max_spill", "stall_watch"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
 
-def stall_watch(session: Any, futures: Any = None) -> contextlib.AbstractContextManager[Any]:
+def stall_watch(session: SessionLike, futures: Any = None) -> contextlib.AbstractContextManager[Any]:
     """A :class:`StallWatch` for a wait on ``session``'s client (nothing on a local engine).
 
     Parameters
@@ -40,8 +43,7 @@ def stall_watch(session: Any, futures: Any = None) -> contextlib.AbstractContext
         The futures the wait is for; ``None``: those the client makes inside the block (all of
         its futures if it makes none).
     """
-    running = getattr(session, "running", None)
-    return contextlib.nullcontext() if running is None else running.stall_watch(futures)
+    return contextlib.nullcontext() if session.running is None else session.running.stall_watch(futures)
 
 
 def configured_max_spill(owns_cluster: bool) -> int | bool | None:

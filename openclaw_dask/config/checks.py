@@ -46,8 +46,7 @@ def check_bind(config: Config, key: str, address: str) -> None:
 def check(config: Config) -> None:
     """Raise :class:`ConfigError` for the first backend-independent combination that cannot run."""
     _check_security(config)
-    if config.parallel.socket_buffer_size is not None:
-        _check_socket_buffers(config)
+    _check_socket_buffers(config)
     _check_elastic(config)
     _check_binds(config)
 
@@ -83,6 +82,8 @@ def _check_security(config: Config) -> None:
 def _check_socket_buffers(config: Config) -> None:
     """Socket buffers size TCP comms: a range, and no TLS or UCX (backends add their own rules)."""
     p, key = config.parallel, "parallel.socket_buffer_size"
+    if p.socket_buffer_size is None:  # the OS default: nothing to check
+        return
     low, high = SOCKET_BUFFER_RANGE
     if not low <= p.socket_buffer_size <= high:
         raise ConfigError.at(config, key, "use 4KiB to 256MiB, or null for the OS default")

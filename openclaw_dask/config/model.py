@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 from openclaw_dask.config import values as v
 from openclaw_dask.config.values import ChunkSize
@@ -66,7 +66,7 @@ class ParallelConfig:
         mpiexec, or joins the mpirun it runs under) | cuda: dask-cuda, one worker per GPU, CuPy chunks
         (pip install 'openclaw-dask[cuda]') | kubernetes: a DaskCluster through dask-kubernetes' operator (see the
         kubernetes section; pip install 'openclaw-dask[k8s]')""")
-    workers: int | str = setting(v.integer(1, v.MAX_WORKERS, auto=True), "auto", """
+    workers: int | Literal["auto"] = setting(v.integer(1, v.MAX_WORKERS, auto=True), "auto", """
         parallel executors: threads (thread), processes (process), worker ranks (mpi), workers to wait for (remote);
         auto = CPU cores (mpi under your mpirun: ranks - 2)""")
     strategy: str = setting(v.choice(*v.STRATEGIES), "data", """
@@ -134,7 +134,7 @@ class ClusterConfig:
         below, a non-loopback host or interface is allowed without this, and the HTTP servers stay on 127.0.0.1""")
     dashboard: str | bool = setting(v.dashboard, False, """
         false = no dashboard | true = 127.0.0.1 on a free port | a port (8787) or HOST:PORT""")
-    memory_limit: int | str = setting(v.size(64 * v.MiB, v.PiB, auto=True), "auto", """
+    memory_limit: int | Literal["auto"] = setting(v.size(64 * v.MiB, v.PiB, auto=True), "auto", """
         memory limit per worker process: auto (system memory / workers) or a size""")
     preload: tuple[str, ...] = setting(v.text_list, [], """
         modules or .py files every scheduler and worker openclaw starts imports first (dask --preload)""")
@@ -210,7 +210,7 @@ class ElasticConfig:
         let the scheduler add workers when work queues up and retire idle ones (process backend);
         a worker is retired only after cooldown of steady "fewer" advice, and its data moves first""")
     min_workers: int = setting(v.integer(1, v.MAX_WORKERS), 1, "fewest workers adaptive scaling keeps")
-    max_workers: int | str = setting(v.integer(1, v.MAX_WORKERS, auto=True), "auto", """
+    max_workers: int | Literal["auto"] = setting(v.integer(1, v.MAX_WORKERS, auto=True), "auto", """
         most workers adaptive scaling starts; auto = CPU cores""")
     interval: float = setting(v.duration(0.1, 3600), "1s", "how often adaptive scaling asks the scheduler")
 

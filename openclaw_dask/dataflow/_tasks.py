@@ -9,12 +9,12 @@ synchronous scheduler when serial. Either way the profiler sees each task as a g
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from openclaw_dask.errors import OpenclawError
+from openclaw_dask.cluster.session_like import running_of
 
 if TYPE_CHECKING:
-    from openclaw_dask.cluster import RunningCluster
+    from openclaw_dask.cluster import RunningCluster, SessionLike
 
 __all__ = ["tasks_of", "token"]
 
@@ -24,8 +24,6 @@ def token() -> str:
     return uuid.uuid4().hex[:8]
 
 
-def tasks_of(session: Any) -> RunningCluster:
+def tasks_of(session: SessionLike) -> RunningCluster:
     """The engine ``session``'s tasks run on."""
-    if session.running is None:
-        raise OpenclawError("this session is not started; use openclaw_dask.session(), which starts it")
-    return session.running
+    return running_of(session)

@@ -13,10 +13,13 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.dataflow._tasks import tasks_of, token
 from openclaw_dask.errors import ItemFailed, OpenclawError
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster import SessionLike
 
 __all__ = ["BatchPlan", "map", "plan_batches"]
 
@@ -78,7 +81,7 @@ def _probe(fn: Callable[[Any], Any], items: list[Any]) -> tuple[list[Any], float
     return done, (time.perf_counter() - t0) / max(1, len(done))
 
 
-def map(session: Any, fn: Callable[[Any], Any], items: Iterable[Any], *, batch_size: int | str = "auto",
+def map(session: SessionLike, fn: Callable[[Any], Any], items: Iterable[Any], *, batch_size: int | str = "auto",
         progress: bool = False) -> list[Any]:
     """``[fn(item) for item in items]`` in parallel, with many items per task.
 

@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster import SessionLike
 
 __all__ = ["merge_chunks", "merged", "reduce", "split_every"]
 
@@ -50,11 +53,11 @@ def merge_chunks(chunks: Sequence[int], bytes_per_unit: int, buffer: int | None)
     return tuple(merged)
 
 
-def _buffer(session: Any, buffer: int | None) -> int | None:
+def _buffer(session: SessionLike, buffer: int | None) -> int | None:
     return session.config.parallel.fusion_buffer_size if buffer is None else buffer
 
 
-def merged(session: Any, x: Any, *, axis: int = 0, buffer: int | None = None) -> Any:
+def merged(session: SessionLike, x: Any, *, axis: int = 0, buffer: int | None = None) -> Any:
     """``x`` with its small chunks along ``axis`` merged up to ``buffer`` (default ``parallel.fusion_buffer_size``)."""
     buffer = _buffer(session, buffer)
     per_unit = x.dtype.itemsize * math.prod(max(c, default=0) for a, c in enumerate(x.chunks) if a != axis)
@@ -62,7 +65,7 @@ def merged(session: Any, x: Any, *, axis: int = 0, buffer: int | None = None) ->
     return x if new == x.chunks[axis] else x.rechunk({axis: new})
 
 
-def reduce(session: Any, x: Any, how: str = "sum", *, axis: int | tuple[int, ...] | None = None,
+def reduce(session: SessionLike, x: Any, how: str = "sum", *, axis: int | tuple[int, ...] | None = None,
            buffer: int | None = None) -> Any:
     """``x.<how>(axis)`` (sum, mean, max, ...): chunks smaller than ``buffer`` merged, and the fan-in that fills it."""
     buffer = _buffer(session, buffer)

@@ -12,12 +12,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from openclaw_dask.dataflow._tasks import tasks_of, token
 from openclaw_dask.errors import OpenclawError, ShardFailed
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster import SessionLike
 
 __all__ = ["Iterated", "iterate", "mean_state"]
 
@@ -58,7 +61,7 @@ def _local_steps(state: Any, shard: Any, step: Callable[[Any, Any], Any], k: int
     return state
 
 
-def _shards_of(session: Any, data: Any) -> list[Any]:
+def _shards_of(session: SessionLike, data: Any) -> list[Any]:
     """A dask array's blocks along axis 0 (in memory, where they are), or a list as given."""
     if hasattr(data, "__dask_graph__"):
         if data.ndim and len(data.chunks[0]) > 1:
@@ -67,7 +70,7 @@ def _shards_of(session: Any, data: Any) -> list[Any]:
     return list(data)
 
 
-def iterate(session: Any, step: Callable[[Any, Any], Any], state: Any, n_iter: int, *, shards: Any,
+def iterate(session: SessionLike, step: Callable[[Any, Any], Any], state: Any, n_iter: int, *, shards: Any,
             sync_interval: int | None = None, combine: Callable[[Sequence[Any]], Any] = mean_state) -> Iterated:
     """Run ``state = step(state, shard)`` ``n_iter`` times on every shard, synchronising every ``sync_interval`` steps.
 

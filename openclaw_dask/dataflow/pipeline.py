@@ -12,7 +12,7 @@ import itertools
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,7 @@ from openclaw_dask.dataflow._tasks import tasks_of, token
 from openclaw_dask.errors import BatchFailed, OpenclawError
 
 if TYPE_CHECKING:
-    from openclaw_dask.cluster import RunningCluster
+    from openclaw_dask.cluster import RunningCluster, SessionLike
 
 __all__ = ["Pipeline", "Stage", "StageTimes", "pipeline"]
 
@@ -184,7 +184,7 @@ def _micro_batches(source: Iterable[Any], batch_size: int | None) -> Iterator[An
         yield batch
 
 
-def pipeline(session: Any, stages: Sequence[Stage | Callable[[Any], Any]], source: Iterable[Any], *,
+def pipeline(session: SessionLike, stages: Sequence[Stage | Callable[[Any], Any]], source: Iterable[Any], *,
              batch_size: int | None = None, in_flight: int | None = None, progress: bool = False) -> Pipeline:
     """Stream ``source`` through ``stages`` in micro-batches; iterate the result for each batch's output, in order.
 
@@ -210,16 +210,16 @@ def pipeline(session: Any, stages: Sequence[Stage | Callable[[Any], Any]], sourc
         When a stage raises: the batch's index, the stage's name and the error. The
         stream stops, and the batches still in flight are cancelled.
     """
-    stages = [s if isinstance(s, Stage) else Stage(s) for s in stages]
-    if not stages:
+    pinned = [s if isinstance(s, Stage) else Stage(s) for s in stages]
+    if not pinned:
         raise OpenclawError("pipeline() needs at least one stage")
     batch_size = session.config.parallel.batch_size if batch_size is None else batch_size
     in_flight = 2 * session.slots if in_flight is None else in_flight
     if in_flight < 1 or (batch_size is not None and batch_size < 1):
         raise OpenclawError(f"pipeline(): in_flight={in_flight} and batch_size={batch_size} must be at least 1")
     total = None
-    if hasattr(source, "__len__"):
-        n = len(source)  # type: ignore[arg-type]
+    if isinstance(source, Sized):
+        n = len(source)
         total = n if batch_size is None else -(-n // batch_size)
-    return Pipeline(tasks_of(session), stages, _micro_batches(source, batch_size), in_flight,
+    return Pipeline(tasks_of(session), pinned, _micro_batches(source, batch_size), in_flight,
                     total=total, progress=progress)

@@ -107,7 +107,7 @@ _PLOTS = (("ms", "Median time per run (ms, min-max whiskers)", True), ("gbps", "
 def html_layout(report: Mapping[str, Any]) -> Any:
     """``report.html``'s Bokeh layout: a heading, then median time, GB/s and speedup per workload and config."""
     from bokeh.layouts import column
-    from bokeh.models import Div
+    from bokeh.models.widgets import Div
 
     rows = [r for r in rows_of(report) if not r.invalid]  # an invalid row's figures are not results
     source = _plot_source(rows)
@@ -136,7 +136,8 @@ def _plot_source(rows: list[Row]) -> Any:
 
 
 def _plot(source: Any, field: str, title: str, log: bool) -> Any:
-    from bokeh.models import FactorRange, HoverTool, Whisker
+    from bokeh.models import FactorRange, HoverTool
+    from bokeh.models.annotations import Whisker
     from bokeh.plotting import figure
 
     f = figure(x_range=FactorRange(*source.data["x"]), height=340, width=1100, title=title,
@@ -150,7 +151,7 @@ def _plot(source: Any, field: str, title: str, log: bool) -> Any:
     return f
 
 
-class BenchmarkReport(dict):
+class BenchmarkReport(dict[str, Any]):
     """A benchmark report: the ``report.json`` object, shown with its plots when a notebook cell ends with it.
 
     Its ``"rows"`` are the JSON objects of :class:`Row` (:func:`rows_of` gives them back as rows).

@@ -13,9 +13,9 @@ import os
 import platform
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from openclaw_dask.diagnostics.benchmark_stats import percentiles, rates, with_s
 from openclaw_dask.errors import ConfigError
 from openclaw_dask.loading import load_checked
 from openclaw_dask.workloads.limits import STREAMED, hosts, judged, measure_bandwidth
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster import SessionLike
 
 __all__ = ["run_benchmark"]
 
@@ -73,7 +76,7 @@ def run_benchmark(
     })
 
 
-def _run_configuration(conf: Configuration, kernels: list[str], size: int, repeat: int, bandwidth: float,
+def _run_configuration(conf: Configuration, kernels: Sequence[str], size: int, repeat: int, bandwidth: float,
                        say: Callable[[str], None]) -> list[Row]:
     """One session on ``conf``, each kernel a row, held to ``bandwidth`` GB/s per worker host."""
     from openclaw_dask.session import Session
@@ -114,7 +117,7 @@ def _cpu_steal_s() -> float | None:
     return None if steal is None else steal / (psutil.cpu_count() or 1)
 
 
-def _run_kernel(session: Any, name: str, size: int, repeat: int) -> dict[str, Any]:
+def _run_kernel(session: SessionLike, name: str, size: int, repeat: int) -> dict[str, Any]:
     """The measured fields of a row: kernel ``name`` warmed up twice, timed ``repeat`` times, checked, profiled."""
     from openclaw_dask.diagnostics.analysis import analyze
     from openclaw_dask.diagnostics.collect import collect
@@ -129,7 +132,8 @@ def _run_kernel(session: Any, name: str, size: int, repeat: int) -> dict[str, An
         stolen = _cpu_steal_s()
         with collect(session) as record:
             _, times = prepared.timed(session, repeat)
-        stolen = None if stolen is None else _cpu_steal_s() - stolen
+        after = _cpu_steal_s()
+        stolen = None if stolen is None or after is None else after - stolen
         reference, numpy_times = prepared.reference(session, runs=max(1, min(repeat, 3)))
         verdict = prepared.check(session, result, reference)  # within the kernel's error bound (workloads.accuracy)
     finally:

@@ -26,9 +26,13 @@ from collections import defaultdict, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from openclaw_dask.cluster import running_of
 from openclaw_dask.cluster.running import Recorder
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster import SessionLike
 
 logger = logging.getLogger("openclaw_dask.diagnostics")
 
@@ -210,7 +214,8 @@ def _add_input_probe(dask_scheduler: Any, name: str, client: str) -> None:
 
     class InputProbe(SchedulerPlugin):
         def __init__(self) -> None:
-            self.graphs, self.inputs = 0, {}
+            self.graphs = 0
+            self.inputs: dict[str, tuple[int, int]] = {}
 
         def update_graph(self, scheduler: Any, **kwargs: Any) -> None:
             self.graphs += kwargs.get("client") == client
@@ -273,7 +278,7 @@ def _worker_end(dask_worker: Any, since: dict[str, dict[str, Any]], t0: float) -
 
 
 @contextmanager
-def collect(session: Any) -> Iterator[RunRecord]:
+def collect(session: SessionLike) -> Iterator[RunRecord]:
     """Record the tasks run in ``session`` inside the ``with`` block.
 
     Yields a :class:`RunRecord` that is filled in when the block ends.
@@ -285,7 +290,7 @@ def collect(session: Any) -> Iterator[RunRecord]:
                        in_process=backend.capabilities.in_process, engine=str(session.engine))
 
     with watch_aside(lambda label, start, stop: record.aside.append((label, start, stop))), \
-            session.running.record(_Recorder(record)):
+            running_of(session).record(_Recorder(record)):
         yield record
 
 
@@ -311,7 +316,8 @@ def _distributed(record: RunRecord, client: Any) -> Iterator[None]:
     from distributed import get_task_stream
 
     since = client.run(_worker_start)
-    name, probe = f"{INPUT_PROBE}-{uuid.uuid4().hex}", {"graphs": 0, "inputs": {}}
+    name = f"{INPUT_PROBE}-{uuid.uuid4().hex}"
+    probe: dict[str, Any] = {"graphs": 0, "inputs": {}}  # what _pop_input_probe returns
     with contextlib.ExitStack() as undo:  # reverse order: the stream is read before its plugin goes
         if not client.run_on_scheduler(_has_task_stream):  # the plugin costs every later task a little
             undo.callback(client.run_on_scheduler, _drop_task_stream)

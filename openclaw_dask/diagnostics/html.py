@@ -19,7 +19,7 @@ def _palette(names: list[str]) -> dict[str, str]:
 
 
 def _verdicts_div(report: Any) -> Any:
-    from bokeh.models import Div
+    from bokeh.models.widgets import Div
 
     if report.n_tasks == 0:
         items = "<li>no tasks ran: nothing to profile</li>"
@@ -37,7 +37,7 @@ def _verdicts_div(report: Any) -> Any:
 def profile_layout(report: Any, record: Any) -> Any:
     """Task stream per worker thread, per-worker load bars, duration histogram, verdicts."""
     from bokeh.layouts import column, row
-    from bokeh.models import ColumnDataSource, HoverTool
+    from bokeh.models import ColumnDataSource, FactorRange, HoverTool
     from bokeh.plotting import figure
 
     t0 = record.start
@@ -62,14 +62,14 @@ def profile_layout(report: Any, record: Any) -> Any:
             "color": [colors[t.group] for t in record.tasks],
         }
     )
-    ts = figure(title="Task stream (one row per worker thread)", y_range=lanes or ["-"], height=max(220, 40 * len(lanes) + 80),
+    ts = figure(title="Task stream (one row per worker thread)", y_range=FactorRange(factors=lanes or ["-"]), height=max(220, 40 * len(lanes) + 80),
                 width=1000, x_axis_label="seconds since start", tools="xpan,xwheel_zoom,reset,save")
     ts.hbar(y="lane", left="left", right="right", height=0.8, color="color", legend_field="group", source=stream)
     ts.add_tools(HoverTool(tooltips=[("key", "@key"), ("group", "@group"), ("ms", "@ms{0.000}"), ("bytes", "@nbytes")]))
     ts.add_layout(ts.legend[0], "right")  # beside the bars, not over them
 
     names = [w.address for w in report.workers]
-    load = figure(title="Load per worker (thread-seconds)", x_range=names or ["-"], height=320, width=490, tools="save")
+    load = figure(title="Load per worker (thread-seconds)", x_range=FactorRange(factors=names or ["-"]), height=320, width=490, tools="save")
     load.vbar_stack(["busy", "idle"], x="worker", width=0.7, color=["#1f77b4", "#d3d3d3"], legend_label=["busy", "idle"],
                     source=ColumnDataSource({"worker": names, "busy": [w.busy_s for w in report.workers],
                                              "idle": [w.idle_s for w in report.workers]}))

@@ -5,10 +5,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.diagnostics.analysis import ProfileReport, analyze
 from openclaw_dask.diagnostics.collect import RunRecord, collect
+
+if TYPE_CHECKING:
+    from openclaw_dask.session import Session
 
 __all__ = ["ProfileResult", "profile", "profile_config"]
 
@@ -35,7 +38,7 @@ class ProfileResult:
         }
 
 
-def profile(session: Any, target: str | Path = "array-sum", *, script_args: tuple[str, ...] = (), progress: bool = False) -> ProfileResult:
+def profile(session: Session, target: str | Path = "array-sum", *, script_args: tuple[str, ...] = (), progress: bool = False) -> ProfileResult:
     """Run ``target`` (a built-in workload name or a script path) in ``session`` and profile it.
 
     Returns

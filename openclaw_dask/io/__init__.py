@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,11 @@ from openclaw_dask.dataflow.fusion import merge_chunks
 from openclaw_dask.errors import OpenclawError
 from openclaw_dask.io.formats import Reader, reader_for, readers, reading
 from openclaw_dask.io.prefetch import prefetcher
+
+if TYPE_CHECKING:
+    from dask.typing import Key
+
+    from openclaw_dask.cluster import SessionLike
 
 __all__ = ["Reader", "Source", "read", "read_many", "readers"]
 
@@ -98,7 +103,7 @@ def _read(format: str, path: str, index: Any, options: tuple[tuple[str, Any], ..
         raise
 
 
-def _load_block(source: Source, block_info: dict | None = None) -> np.ndarray:
+def _load_block(source: Source, block_info: dict[Any, Any]) -> np.ndarray:
     info = block_info[None]
     flat = int(np.ravel_multi_index(info["chunk-location"], info["num-chunks"]))
     if not source.prefetch:
@@ -110,12 +115,12 @@ def _hashable(options: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in options.items()))
 
 
-def _threads_per_process(session: Any) -> int:
+def _threads_per_process(session: SessionLike) -> int:
     workers = session.workers()
     return max((w["nthreads"] for w in workers.values()), default=session.slots)
 
 
-def read(session: Any, path: str | Path, *, format: str | None = None, chunks: Any = None,
+def read(session: SessionLike, path: str | Path, *, format: str | None = None, chunks: Any = None,
          async_io: bool | None = None, latency: float = 0.0, **options: Any) -> Any:
     """A dask array over the file ``path``, chunked by the session's ``task_chunk_size``.
 
@@ -147,7 +152,7 @@ def read(session: Any, path: str | Path, *, format: str | None = None, chunks: A
     return da.map_blocks(_load_block, source, chunks=chunks, dtype=dtype, meta=np.empty((0,) * len(shape), dtype), name=name)
 
 
-def _missing_chunks(session: Any) -> str:
+def _missing_chunks(session: SessionLike) -> str:
     return session.config.io.missing_chunks
 
 
@@ -155,7 +160,7 @@ def _load_files(format: str, paths: tuple[str, ...], options: tuple[tuple[str, A
     return np.concatenate([_read(format, p, ..., options, missing_chunks) for p in paths])
 
 
-def read_many(session: Any, paths: Sequence[str | Path], *, format: str | None = None,
+def read_many(session: SessionLike, paths: Sequence[str | Path], *, format: str | None = None,
               buffer: int | None = None, **options: Any) -> Any:
     """Many files of one format joined along axis 0; each task reads neighbours up to ``buffer`` bytes.
 
@@ -166,11 +171,11 @@ def read_many(session: Any, paths: Sequence[str | Path], *, format: str | None =
     from dask.base import tokenize
     from dask.highlevelgraph import HighLevelGraph
 
-    paths = [str(p) for p in paths]
-    fmt = reader_for(paths[0], format).name
+    names = [str(p) for p in paths]
+    fmt = reader_for(names[0], format).name
     opts = _hashable(options)
     rows = []
-    for p in paths:  # each file's header, read once
+    for p in names:  # each file's header, read once
         shape, dtype = _describe(fmt, p, options)
         rows.append(shape[0])
     rest = shape[1:]  # the columns of every file (np.concatenate refuses files whose columns differ)
@@ -181,11 +186,11 @@ def read_many(session: Any, paths: Sequence[str | Path], *, format: str | None =
         end, taken = start, 0
         while taken < length:
             taken, end = taken + rows[end], end + 1
-        groups.append(tuple(paths[start:end]))
+        groups.append(tuple(names[start:end]))
         start = end
-    name = f"read-many-{fmt}-{tokenize(paths, opts, lengths, _missing_chunks(session))}"
+    name = f"read-many-{fmt}-{tokenize(names, opts, lengths, _missing_chunks(session))}"
     zeros = (0,) * len(rest)
     missing = _missing_chunks(session)
-    dsk = {(name, i, *zeros): (_load_files, fmt, g, opts, missing) for i, g in enumerate(groups)}
+    dsk: dict[Key, Any] = {(name, i, *zeros): (_load_files, fmt, g, opts, missing) for i, g in enumerate(groups)}
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=())
     return da.Array(graph, name, (lengths, *((r,) for r in rest)), meta=np.empty((0,) * (1 + len(rest)), dtype))

@@ -17,13 +17,17 @@ import math
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from openclaw_dask.cluster import running_of
 from openclaw_dask.cluster.stall import stall_watch
 from openclaw_dask.progress import track_persist
 from openclaw_dask.workloads import accuracy
 from openclaw_dask.workloads.limits import judged, throughput_limit
 from openclaw_dask.workloads.memory import require_memory
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster import SessionLike
 
 __all__ = ["ArraySumResult", "run"]
 
@@ -68,7 +72,7 @@ class ArraySumResult:
         return d
 
 
-def run(session: Any, *, size: int | None = None, repeat: int | None = None, progress: bool = False) -> ArraySumResult:
+def run(session: SessionLike, *, size: int | None = None, repeat: int | None = None, progress: bool = False) -> ArraySumResult:
     """Sum ``size`` bytes of float64 in ``session`` and check it against ``n (n - 1) / 2``.
 
     Parameters
@@ -131,23 +135,25 @@ def run(session: Any, *, size: int | None = None, repeat: int | None = None, pro
 
 
 
-def _judged_gbps(session: Any, nbytes: int, seconds: float) -> tuple[float, float, str | None]:
+def _judged_gbps(session: SessionLike, nbytes: int, seconds: float) -> tuple[float, float, str | None]:
     """GB/s of reading ``nbytes`` in ``seconds``, the memory bandwidth it is held to, and why it cannot be real (or None)."""
     gbps = nbytes / seconds / 1e9
     return (gbps, *judged(gbps, throughput_limit(session, nbytes), lambda: throughput_limit(session, nbytes)))
 
 
-def _generated(session: Any, n: int, chunks: tuple[int, ...], progress: bool) -> Any:
+def _generated(session: SessionLike, n: int, chunks: tuple[int, ...], progress: bool) -> Any:
     """``arange(n)`` in ``chunks``, persisted (with ``workload.straggler`` planted in the middle chunk)."""
+    import dask.array as da
+
     straggler = session.config.workload.straggler
     x = session.array((n,), "float64", fill="arange", chunks=(chunks,))
     if straggler > 0:
-        x = x.map_blocks(_straggle, straggler, len(chunks) // 2, dtype=x.dtype, name="openclaw-straggle")
+        x = da.map_blocks(_straggle, x, straggler, len(chunks) // 2, dtype=x.dtype, name="openclaw-straggle")
     with stall_watch(session):  # workers paused at their memory limit, nothing moving: ends after parallel.timeout
-        return track_persist(session, x, "generating array", show=progress)
+        return track_persist(running_of(session), x, "generating array", show=progress)
 
 
-def _timed_sums(session: Any, x: Any, repeat: int) -> tuple[float, list[float]]:
+def _timed_sums(session: SessionLike, x: Any, repeat: int) -> tuple[float, list[float]]:
     """The sum of ``x`` and the seconds each of ``repeat`` runs took."""
     total, times = math.nan, []
     for _ in range(repeat):

@@ -19,10 +19,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster import SessionLike
 
 __all__ = ["MARGIN", "implausible", "judged", "measure_bandwidth", "throughput_limit"]
 
@@ -49,13 +52,13 @@ def measure_bandwidth(nbytes: int = STREAMED, repeat: int = 5) -> dict[str, floa
     return out
 
 
-def hosts(session: Any) -> int:
+def hosts(session: SessionLike) -> int:
     """Machines whose memory a session's tasks read: the distinct hosts of its workers (1 on a local engine)."""
     addresses = session.workers()
     return max(1, len({urlsplit(a).hostname for a in addresses})) if addresses else 1
 
 
-def throughput_limit(session: Any, nbytes: int) -> float:
+def throughput_limit(session: SessionLike, nbytes: int) -> float:
     """GB/s that reading ``nbytes`` once cannot beat on ``session``'s workers (this host's bandwidth per host).
 
     Hosts other than this one are taken to be as fast as this one.

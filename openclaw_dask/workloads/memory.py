@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.stall import configured_max_spill
 from openclaw_dask.config.keys import MAX_SPILL, MEMORY_LIMIT, SIZE
 from openclaw_dask.errors import ConfigError
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster import SessionLike
 
 __all__ = ["FIT_SHARE", "Capacity", "capacity", "require_memory", "session_memory"]
 
@@ -83,7 +86,7 @@ def capacity(workers: dict[str, dict[str, Any]], *, pause: float, max_spill: int
     return Capacity(len(workers), limits, memory, used, spill, max_spill, pause)
 
 
-def session_memory(session: Any) -> int | None:
+def session_memory(session: SessionLike) -> int | None:
     """Bytes ``session`` can hold: its workers' memory limits together, and no more than this
     machine has available where the tasks run in this process (a local engine has no limits);
     ``None`` when a worker elsewhere has no limit."""
@@ -97,7 +100,7 @@ def session_memory(session: Any) -> int | None:
     return total
 
 
-def _session_capacity(session: Any, chunk: int) -> Capacity | None:
+def _session_capacity(session: SessionLike, chunk: int) -> Capacity | None:
     """The capacity of ``session``'s workers, or ``None`` without workers that all have a limit."""
     import dask
 
@@ -112,7 +115,7 @@ def _session_capacity(session: Any, chunk: int) -> Capacity | None:
     return capacity(workers, pause=pause, max_spill=max_spill, chunk=chunk)
 
 
-def require_memory(session: Any, nbytes: int, *, chunk: int = 0) -> None:
+def require_memory(session: SessionLike, nbytes: int, *, chunk: int = 0) -> None:
     """Refuse an input of ``nbytes`` (in chunks of at most ``chunk`` bytes) that cannot fit in ``session``.
 
     Raises

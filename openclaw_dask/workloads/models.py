@@ -15,12 +15,15 @@ is the chunk layout and what moves between workers (see ``openclaw profile``).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from openclaw_dask.workloads import accuracy
 from openclaw_dask.workloads.prepared import Prepared
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster import SessionLike
 
 __all__ = ["FEATURES", "linear_model", "mlp_bound", "model_parallel_matmul"]
 
@@ -31,14 +34,14 @@ def _true_weights(d: int) -> np.ndarray:
     return np.linspace(-1.0, 1.0, d) + 0.5 / d  # the known answer; no weight is zero
 
 
-def _split(session: Any, n: int, planned: int) -> tuple[int, ...]:
+def _split(session: SessionLike, n: int, planned: int) -> tuple[int, ...]:
     """``n`` cut into at least one piece per task thread (or as the chunk plan asks, if more)."""
     parts = min(n, max(session.slots, planned))
     base, extra = divmod(n, parts)
     return tuple(base + (i < extra) for i in range(parts))
 
 
-def linear_model(s: Any, size: int) -> Prepared:
+def linear_model(s: SessionLike, size: int) -> Prepared:
     """Least squares on ``size`` bytes of ``X``; ``y = X @ w_true`` exactly, so ``w`` must come back as ``w_true``."""
     import dask
 
@@ -64,7 +67,7 @@ def linear_model(s: Any, size: int) -> Prepared:
     return Prepared(solve, numpy_solve, (x, y), x.nbytes, 2.0 * n * d * d, verdict=verdict, details=details)
 
 
-def model_parallel_matmul(s: Any, size: int) -> Prepared:
+def model_parallel_matmul(s: SessionLike, size: int) -> Prepared:
     """``relu(X @ W1) @ W2``, three square matrices of ``size / 16`` bytes each."""
     side = max(8, int(math.sqrt(size / 16 / 8)))
     shape = (side, side)

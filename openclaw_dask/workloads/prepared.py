@@ -12,9 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.workloads.accuracy import Bound, Verdict, compare
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster import SessionLike
 
 __all__ = ["Prepared", "WorkloadResult"]
 
@@ -43,13 +46,13 @@ class Prepared:
     close: Callable[[], None] = field(default=lambda: None)
     _host: tuple[Any, ...] | None = field(default=None, repr=False)  # the inputs on the host, once fetched
 
-    def execute(self, session: Any, *, progress: bool = False) -> Any:
+    def execute(self, session: SessionLike, *, progress: bool = False) -> Any:
         """Run the kernel once in ``session`` and return its result."""
         if self.run is not None:
             return self.run(progress)
         return session.compute(self.build(*self.inputs))
 
-    def timed(self, session: Any, repeat: int, *, progress: bool = False) -> tuple[Any, list[float]]:
+    def timed(self, session: SessionLike, repeat: int, *, progress: bool = False) -> tuple[Any, list[float]]:
         """The last of ``repeat`` runs' results, and the seconds of each run."""
         result, times = None, []
         for _ in range(repeat):
@@ -59,7 +62,7 @@ class Prepared:
             times.append(time.perf_counter() - t0)
         return result, times
 
-    def reference(self, session: Any, runs: int = 1) -> tuple[Any, list[float]]:
+    def reference(self, session: SessionLike, runs: int = 1) -> tuple[Any, list[float]]:
         """NumPy's answer on host copies of the inputs, on one thread (the baseline the guide's speedups mean),
         and the seconds of each of ``runs`` runs."""
         from threadpoolctl import threadpool_limits
@@ -73,13 +76,13 @@ class Prepared:
                 times.append(time.perf_counter() - t0)
         return answer, times
 
-    def host_inputs(self, session: Any) -> tuple[Any, ...]:
+    def host_inputs(self, session: SessionLike) -> tuple[Any, ...]:
         """The inputs as NumPy arrays (fetched once, for the reference and the bound)."""
         if self._host is None:
             self._host = tuple(session.to_numpy(x) for x in self.inputs)
         return self._host
 
-    def check(self, session: Any, result: Any, reference: Any) -> Verdict:
+    def check(self, session: SessionLike, result: Any, reference: Any) -> Verdict:
         """``result`` (brought to the host: CuPy on backend cuda) against ``reference``, within the kernel's bound."""
         result, arrays = session.to_numpy(result), self.host_inputs(session)
         if self.verdict is not None:
@@ -88,7 +91,7 @@ class Prepared:
             raise TypeError("a kernel must declare its error bound: Prepared(accuracy=...) or Prepared(verdict=...)")
         return compare(result, reference, self.accuracy(*arrays))
 
-    def matches(self, session: Any, result: Any, reference: Any) -> bool:
+    def matches(self, session: SessionLike, result: Any, reference: Any) -> bool:
         """Whether :meth:`check` passes."""
         return self.check(session, result, reference).ok
 

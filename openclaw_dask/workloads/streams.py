@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from openclaw_dask.errors import ConfigError
 from openclaw_dask.workloads import accuracy
 from openclaw_dask.workloads.prepared import Prepared
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster import SessionLike
 
 __all__ = ["io_bound", "io_pipeline", "pipeline", "pipeline_bound", "write_array"]
 
@@ -49,7 +53,7 @@ def reduce(x: np.ndarray) -> np.ndarray:
     return x.sum(axis=(0, 1))
 
 
-STAGES = (load, preprocess, compute, reduce)
+STAGES: tuple[Callable[[Any], Any], ...] = (load, preprocess, compute, reduce)
 
 
 def _numpy_pipeline(n: int) -> np.ndarray:
@@ -86,7 +90,7 @@ def pipeline_bound(n: int) -> accuracy.Bound:
     return accuracy.Bound(allowed, a_terms + t_terms, f"2(e_z+γ_S)Σ(1+|z|)|W| + 2γ_N·Σ|tanh|, N={rows}")
 
 
-def pipeline(s: Any, size: int) -> Prepared:
+def pipeline(s: SessionLike, size: int) -> Prepared:
     from openclaw_dask.dataflow import pipeline as stream
 
     n = max(2, size // SAMPLE_BYTES)
@@ -133,7 +137,7 @@ def _reduce_block(x: np.ndarray) -> np.ndarray:
     return (x * 2.0 + np.sin(x) ** 2 + np.cos(x) ** 2).sum()
 
 
-def io_pipeline(s: Any, size: int) -> Prepared:
+def io_pipeline(s: SessionLike, size: int) -> Prepared:
     from openclaw_dask import io
 
     cfg = s.config
@@ -146,7 +150,7 @@ def io_pipeline(s: Any, size: int) -> Prepared:
         fmt = io.reader_for(folder, cfg.workload.io_format)
         slab = max(1, 64 * 2**20 // (8 * cols))
         path = write_array(Path(folder) / f"data{fmt.suffixes[0] if fmt.suffixes else ''}", fmt.name, (n_rows, cols), slab)
-        options = {"dtype": "float64", "shape": (n_rows, cols)} if fmt.headerless else {}
+        options: dict[str, Any] = {"dtype": "float64", "shape": (n_rows, cols)} if fmt.headerless else {}
         x = io.read(s, path, latency=cfg.workload.read_latency, **options)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)

@@ -7,7 +7,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,19 +17,22 @@ from openclaw_dask.workloads import accuracy, models, streams
 from openclaw_dask.workloads.memory import require_memory
 from openclaw_dask.workloads.prepared import Prepared, WorkloadResult
 
+if TYPE_CHECKING:
+    from openclaw_dask.cluster import SessionLike
+
 __all__ = ["KERNELS", "SUITES", "Prepared", "run_kernel"]
 
 
-def _vector(s: Any, size: int, fill: str = "arange") -> Any:
+def _vector(s: SessionLike, size: int, fill: str = "arange") -> Any:
     return s.persist(s.array((max(1, size // 8),), "float64", fill=fill))
 
 
-def _matrix(s: Any, size: int, fill: str = "random", seed: int = 0) -> Any:
+def _matrix(s: SessionLike, size: int, fill: str = "random", seed: int = 0) -> Any:
     side = max(2, int(math.sqrt(size / 8)))
     return s.persist(s.array((side, side), "float64", fill=fill, seed=seed))
 
 
-def array_sum(s: Any, size: int) -> Prepared:
+def array_sum(s: SessionLike, size: int) -> Prepared:
     x = _vector(s, size)
     return Prepared(lambda x: x.sum(), np.sum, (x,), x.nbytes, accuracy=_total)
 
@@ -38,7 +41,7 @@ def _total(a: np.ndarray) -> accuracy.Bound:
     return accuracy.sum_of(np.abs(a).sum(), a.size)
 
 
-def elementwise(s: Any, size: int) -> Prepared:
+def elementwise(s: SessionLike, size: int) -> Prepared:
     x = _vector(s, size, "random")
     return Prepared(lambda x: (np.sin(x) * 2.0 + x).sum(), lambda a: (np.sin(a) * 2.0 + a).sum(), (x,), x.nbytes, 3.0 * x.size,
                     accuracy=_sin_terms)
@@ -49,14 +52,14 @@ def _sin_terms(a: np.ndarray) -> accuracy.Bound:
     return accuracy.sum_of((2 * np.abs(np.sin(a)) + np.abs(a)).sum(), a.size, ops=1, ulps=accuracy.LIBM_ULPS)
 
 
-def matmul(s: Any, size: int) -> Prepared:
+def matmul(s: SessionLike, size: int) -> Prepared:
     # compute grows as size**1.5: an eighth of the suite size per matrix keeps it in step with the rest
     a, b = _matrix(s, size // 8, seed=1), _matrix(s, size // 8, seed=2)
     n = a.shape[0]
     return Prepared(lambda a, b: a @ b, np.matmul, (a, b), 3 * a.nbytes, 2.0 * n**3, accuracy=accuracy.matmul)
 
 
-def tree_reduction(s: Any, size: int) -> Prepared:
+def tree_reduction(s: SessionLike, size: int) -> Prepared:
     """A sum of squares through a tree of combine tasks: fan-in 4, or as fusion_buffer_size merges it."""
     x = _vector(s, size, "random")
 
@@ -71,7 +74,7 @@ def tree_reduction(s: Any, size: int) -> Prepared:
     return Prepared(tree, lambda a: (a * a).sum(), (x,), x.nbytes, 2.0 * x.size, accuracy=squares)
 
 
-def stencil(s: Any, size: int) -> Prepared:
+def stencil(s: SessionLike, size: int) -> Prepared:
     x = _matrix(s, size)
 
     def smooth(block: np.ndarray) -> np.ndarray:
@@ -92,7 +95,7 @@ def stencil(s: Any, size: int) -> Prepared:
     return Prepared(dask_stencil, numpy_stencil, (x,), 2 * x.nbytes, 6.0 * x.size, accuracy=terms)
 
 
-def rechunk_transpose(s: Any, size: int) -> Prepared:
+def rechunk_transpose(s: SessionLike, size: int) -> Prepared:
     x = _matrix(s, size)
     if len(x.chunks[0]) < 2:
         # One block (the serial baseline's auto at small sizes) would make the transpose a view
@@ -106,7 +109,7 @@ def rechunk_transpose(s: Any, size: int) -> Prepared:
                     2 * x.nbytes, accuracy=column_sums)
 
 
-def tiny_tasks(s: Any, size: int) -> Prepared:
+def tiny_tasks(s: SessionLike, size: int) -> Prepared:
     """Latency probe: 1,000 one-microsecond tasks and a sum; size is ignored."""
     import dask
 
@@ -154,7 +157,7 @@ def _chunks_text(inputs: tuple[Any, ...]) -> str:
     return f"grid{'s' if len(arrays) > 1 else ''} {grids}; chunks <= {biggest / 2**20:.3g} MiB"
 
 
-def run_kernel(name: str, session: Any, *, size: int | None = None, repeat: int | None = None,
+def run_kernel(name: str, session: SessionLike, *, size: int | None = None, repeat: int | None = None,
                progress: bool = False) -> WorkloadResult:
     """Run the suite kernel ``name`` ``repeat`` times in ``session`` and check it against NumPy."""
     cfg = session.config
