@@ -45,21 +45,21 @@ def test_types_check(tmp_path):
     assert "Success" in r.stdout
 
 
+def _outside_cluster(pattern: str) -> list[str]:
+    """Lines of the package outside cluster/ that match ``pattern``."""
+    found = re.compile(pattern)
+    return [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+            for p in PACKAGE.rglob("*.py") if "cluster" not in p.relative_to(PACKAGE).parts
+            for n, line in enumerate(p.read_text().splitlines(), 1) if found.search(line)]
+
+
 def test_no_backend_name_is_compared_outside_cluster():
-    pattern = re.compile(r"backend[a-z_]* *(==|!=|in |not in )")
-    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
-             for p in PACKAGE.rglob("*.py") if "cluster" not in p.relative_to(PACKAGE).parts
-             for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
-    assert found == []
+    assert _outside_cluster(r"backend[a-z_]* *(==|!=|in |not in )") == []
 
 
 def test_no_engine_kind_is_tested_outside_cluster():
     """Code outside cluster/ calls the running engine object; it never asks which kind it is."""
-    pattern = re.compile(r'client is (not )?None|\["pool"\]|engine\.(kind|distributed)')
-    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
-             for p in PACKAGE.rglob("*.py") if "cluster" not in p.relative_to(PACKAGE).parts
-             for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
-    assert found == []
+    assert _outside_cluster(r'client is (not )?None|\["pool"\]|engine\.(kind|distributed)') == []
 
 
 def _sizes():

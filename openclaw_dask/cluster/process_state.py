@@ -25,6 +25,9 @@ __all__ = ["PROCESS", "Layer", "ProcessState", "Terminated"]
 logger = logging.getLogger("openclaw_dask.cluster")
 
 _ABSENT = object()
+# What a distributed.Client sets in dask's config when it is made, and undoes only when it closes as
+# the last default client (or never, if its connect failed): restored with the layers, whoever set it.
+_CLIENT_KEYS = ("scheduler",)
 
 
 class Terminated(SystemExit):
@@ -112,7 +115,7 @@ class ProcessState:
         import dask
 
         want = dict(top.dask) if top is not None else {}
-        for key in want:
+        for key in (*want, *_CLIENT_KEYS):
             if key not in self._dask_before:
                 before = dask.config.get(key, _ABSENT, config=self._found)
                 self._dask_before[key] = before if before is _ABSENT else copy.deepcopy(before)

@@ -99,43 +99,21 @@ def tls_plan(config: Config) -> dict[str, Any] | None:
 
 
 def security_for(config: Config) -> Security | None:
-    """The :class:`distributed.security.Security` for ``config``, or ``None`` when TLS is off.
+    """The :class:`distributed.security.Security` of :func:`tls_plan` (which raises what it raises), or ``None``.
 
-    Parameters
-    ----------
-    config
-        The effective configuration; its ``security`` section was checked by ``load_config``.
-
-    Returns
-    -------
-    distributed.security.Security or None
-        One object for every role (client, scheduler, workers); ``require_encryption`` as configured.
-
-    Raises
-    ------
-    BackendUnavailable
-        ``temporary_certificates`` without the ``cryptography`` package.
-    ConfigError
-        A certificate file is missing or unusable.
+    One object for every role (client, scheduler, workers); ``require_encryption`` as configured.
     """
-    s = config.security
-    if not s.enabled:
+    plan = tls_plan(config)
+    if plan is None:
         return None
     from distributed.security import Security
 
-    if s.temporary_certificates:
-        try:
-            import cryptography  # noqa: F401  (Security.temporary() needs it)
-        except ImportError:
-            raise BackendUnavailable(_NO_CRYPTOGRAPHY) from None
+    if plan.get("temporary_certificates"):
         security = Security.temporary()
-        security.require_encryption = s.require_encryption  # temporary() always says True
+        security.require_encryption = plan["require_encryption"]  # temporary() always says True
         return security
-    files = certificate_files(config)
-    assert files is not None
-    ca, cert, key = files
-    per_role = {f"tls_{role}_{part}": value for role in _ROLES for part, value in (("cert", cert), ("key", key))}
-    return Security(tls_ca_file=ca, require_encryption=s.require_encryption, **per_role)
+    per_role = {f"tls_{role}_{part}": plan[f"{part}_file"] for role in _ROLES for part in ("cert", "key")}
+    return Security(tls_ca_file=plan["ca_file"], require_encryption=plan["require_encryption"], **per_role)
 
 
 def tls_settings(config: Config) -> dict[str, Any]:
