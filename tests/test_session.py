@@ -210,6 +210,21 @@ def test_sessions_closed_in_any_order_leave_the_process_as_the_newest_open_one_s
     assert _process_state() == before
 
 
+def test_a_sessions_settings_are_not_built_on_an_older_open_sessions():
+    """add_preload once appended to whatever an open session had put in dask's config."""
+    from openclaw_dask.cluster.process_state import PROCESS, Layer
+    from openclaw_dask.cluster.registry import declared
+    from openclaw_dask.cluster.settings import dask_settings
+
+    config = load_config(env={}, overrides={"workers": 1})
+    alone = dask_settings(config, declared("thread"))
+    older = {"distributed.worker.preload": ["older_sessions_preload", "dask.array"]}
+    with PROCESS.holding(object(), Layer(dask=older)):
+        assert dask.config.get("distributed.worker.preload") == older["distributed.worker.preload"]
+        assert dask_settings(config, declared("thread")) == alone
+    assert "older_sessions_preload" not in alone["distributed.worker.preload"]
+
+
 def test_blas_pools_are_one_thread_on_thread_and_serial_backends():
     from threadpoolctl import threadpool_info
 

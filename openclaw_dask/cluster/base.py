@@ -153,7 +153,7 @@ class Backend:
         """Raise when this machine cannot run the backend: :class:`BackendUnavailable` names the ``pip install``."""
         missing = self.missing()
         if missing:
-            what = f"backend {self.name} needs {', '.join(missing)}, which is not installed"
+            what = f"backend {self.name} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not installed"
             if self.extra is None:  # a plugin's own dependencies: no openclaw-dask extra brings them
                 raise BackendUnavailable(f"{what}; run: pip install {' '.join(missing)}")
             raise BackendUnavailable(what, extra=self.extra)

@@ -98,6 +98,16 @@ class ProcessState:
     def depth(self) -> int:
         return len(self._layers)
 
+    def found(self) -> dict[str, Any]:
+        """dask's configuration as the process had it before the open sessions changed it (now, with none open).
+
+        What a new session's settings are built on: not on what an older open session set.
+        """
+        import dask
+
+        with self._lock:
+            return self._found if self._layers else dask.config.config
+
     def _apply(self) -> None:
         top = self._layers[-1][1] if self._layers else None
         self._apply_dask(top)

@@ -21,7 +21,6 @@ import contextlib
 import functools
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -315,12 +314,3 @@ def _signals_deferred() -> Iterator[None]:
             handler = before[signum]
             if handler is not None and handler != signal.SIG_IGN:
                 os.kill(os.getpid(), signum)
-
-
-def wait_until(done: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``done()`` every 50 ms; :class:`ResizeError` naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            raise ResizeError(f"{what} after {timeout:g}s")
-        time.sleep(0.05)

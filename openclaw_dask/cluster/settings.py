@@ -76,8 +76,11 @@ def add_preload(settings: dict[str, Any], modules: tuple[str, ...], roles: tuple
     """Append ``modules`` to the preloads of each role; worker processes get them from their nanny's config."""
     import dask
 
+    from openclaw_dask.cluster.process_state import PROCESS
+
     for role in roles:
         key = f"distributed.{role}.preload"
-        preloads = settings.get(key, dask.config.get(key, []))
+        # the user's preloads, not those an older open session put in this process's config
+        preloads = settings.get(key, dask.config.get(key, [], config=PROCESS.found()))
         preloads = [preloads] if isinstance(preloads, str) else list(preloads)
         settings[key] = [*preloads, *(m for m in modules if m not in preloads)]
