@@ -129,6 +129,21 @@ def test_misspelt_key_in_file_exits_2_suggesting_workers(tmp_path):
     assert "parallel.worker;" in r.stderr and "did you mean parallel.workers?" in r.stderr
 
 
+@pytest.mark.parametrize("command", ["run", "profile"])
+def test_the_workloads_are_in_the_help_and_listed(command):
+    """Before, a user found the workload names only by mistyping one."""
+    from openclaw_dask.workloads import WORKLOADS
+
+    listed = invoke(command, "--list")
+    assert listed.exit_code == 0
+    assert [line.split()[0] for line in listed.output.splitlines()] == list(WORKLOADS)
+    assert all(len(line.split(maxsplit=1)) == 2 for line in listed.output.splitlines())  # each with what it runs
+    helped = invoke(command, "--help", terminal_width=80)
+    section = helped.output.split("Workloads (TARGET; or a SCRIPT.py):", 1)[1]
+    assert all(f"  {name}  " in section for name in WORKLOADS)
+    assert max(map(len, helped.output.splitlines())) <= 80
+
+
 def test_usage_errors_exit_2():
     assert_one_line_error(invoke("run", "array-summ"), 2, "did you mean array-sum")
     assert_one_line_error(invoke("bogus"), 2, "No such command 'bogus'")

@@ -147,13 +147,38 @@ def main() -> None:
     """openclaw: run chunked Dask array work in parallel from one YAML file."""
 
 
+def _workload_lines() -> list[tuple[str, str]]:
+    from openclaw_dask.workloads import descriptions
+
+    return [(name, line.replace("``", "")) for name, line in descriptions().items()]
+
+
+class _TargetCommand(click.Command):
+    """``run`` and ``profile``: their help ends with the built-in workloads, one line each."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Workloads (TARGET; or a SCRIPT.py)"):
+            formatter.write_dl(_workload_lines())
+        super().format_epilog(ctx, formatter)
+
+
+def _list_workloads(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        width = max(len(name) for name, _ in _workload_lines())
+        for name, line in _workload_lines():
+            click.echo(f"{name:<{width}}  {line}")
+        ctx.exit(0)
+
+
 def target_options(func: Any) -> Any:
-    """What ``run`` and ``profile`` share: a workload or script, its arguments, config, --set, --size."""
+    """What ``run`` and ``profile`` share: a workload or script, its arguments, config, --set, --size, --list."""
+    func = click.option("--list", "list_workloads", is_flag=True, expose_value=False, is_eager=True, callback=_list_workloads,
+                        help="List the built-in workloads, one line each, and exit.")(func)
     func = click.option("--size", default=None, help=f"Input size of a built-in workload, e.g. 2GiB ({SIZE}).")(func)
     func = set_option(config_option(func))
     func = click.argument("script_args", nargs=-1, type=click.UNPROCESSED)(func)
     func = click.argument("target", required=False, default="array-sum")(func)
-    return main.command(context_settings={"ignore_unknown_options": True})(func)
+    return main.command(cls=_TargetCommand, context_settings={"ignore_unknown_options": True})(func)
 
 
 force_option = click.option("--force", is_flag=True,

@@ -91,6 +91,7 @@ def pipeline_bound(n: int) -> accuracy.Bound:
 
 
 def pipeline(s: SessionLike, size: int) -> Prepared:
+    """Micro-batches through dependent stages (``strategy: pipeline``), in flight together."""
     from openclaw_dask.dataflow import pipeline as stream
 
     n = max(2, size // SAMPLE_BYTES)
@@ -138,6 +139,7 @@ def _reduce_block(x: np.ndarray) -> np.ndarray:
 
 
 def io_pipeline(s: SessionLike, size: int) -> Prepared:
+    """Files written in ``workload.io_format``, read back chunked (``async_io``) and reduced."""
     from openclaw_dask import io
 
     cfg = s.config

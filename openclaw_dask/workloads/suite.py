@@ -33,6 +33,7 @@ def _matrix(s: SessionLike, size: int, fill: str = "random", seed: int = 0) -> A
 
 
 def array_sum(s: SessionLike, size: int) -> Prepared:
+    """``x.sum()`` over an index-valued float64 vector, checked against its closed form."""
     x = _vector(s, size)
     return Prepared(lambda x: x.sum(), np.sum, (x,), x.nbytes, accuracy=_total)
 
@@ -42,6 +43,7 @@ def _total(a: np.ndarray) -> accuracy.Bound:
 
 
 def elementwise(s: SessionLike, size: int) -> Prepared:
+    """``(sin(x) * 2 + x).sum()`` over a random vector: fused element-wise work."""
     x = _vector(s, size, "random")
     return Prepared(lambda x: (np.sin(x) * 2.0 + x).sum(), lambda a: (np.sin(a) * 2.0 + a).sum(), (x,), x.nbytes, 3.0 * x.size,
                     accuracy=_sin_terms)
@@ -53,6 +55,7 @@ def _sin_terms(a: np.ndarray) -> accuracy.Bound:
 
 
 def matmul(s: SessionLike, size: int) -> Prepared:
+    """``a @ b``, two random square matrices of 1/8 of the size each."""
     # compute grows as size**1.5: an eighth of the suite size per matrix keeps it in step with the rest
     a, b = _matrix(s, size // 8, seed=1), _matrix(s, size // 8, seed=2)
     n = a.shape[0]
@@ -75,6 +78,7 @@ def tree_reduction(s: SessionLike, size: int) -> Prepared:
 
 
 def stencil(s: SessionLike, size: int) -> Prepared:
+    """A 5-point smoothing with ``map_overlap``: neighbours' edges move between chunks."""
     x = _matrix(s, size)
 
     def smooth(block: np.ndarray) -> np.ndarray:
@@ -96,6 +100,7 @@ def stencil(s: SessionLike, size: int) -> Prepared:
 
 
 def rechunk_transpose(s: SessionLike, size: int) -> Prepared:
+    """``x.T.rechunk(...)`` (all-to-all) then a row sum."""
     x = _matrix(s, size)
     if len(x.chunks[0]) < 2:
         # One block (the serial baseline's auto at small sizes) would make the transpose a view
