@@ -293,6 +293,20 @@ def test_cli_apply_fix_keeps_the_users_file_and_says_what_changed(tmp_path):
     assert re.search(r"task_chunk_size: auto +# planted", (tmp_path / "same.yaml").read_text())  # the comment stays
 
 
+def test_a_round_trip_changes_only_the_keys_it_means_to():
+    """Every null once came back as an empty value: 8 unneeded diff lines in the packaged defaults."""
+    import difflib
+
+    from openclaw_dask.config import default_config_text
+
+    text = default_config_text()
+    assert "null" in text
+    out = apply_overrides(text, {"parallel.task_chunk_size": "19MiB"})
+    changed = [line for line in difflib.unified_diff(text.splitlines(), out.splitlines(), n=0, lineterm="")
+               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    assert len(changed) == 2 and all("task_chunk_size" in line for line in changed), changed
+
+
 def test_apply_overrides_edits_in_place_and_adds_missing_keys(tmp_path):
     text = "# top\nparallel:\n  workers: 4  # four\n  # about the next key\n  backend: process\ncluster: {host: 127.0.0.1}\n"
     out = apply_overrides(text, {"workers": 2, "parallel.task_chunk_size": "19MiB", "cluster.memory_limit": "2GiB",

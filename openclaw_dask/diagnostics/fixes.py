@@ -141,6 +141,8 @@ def apply_overrides(text: str, overrides: Mapping[str, Any]) -> str:
     from ruamel.yaml.comments import CommentedMap
 
     rt = YAML()  # round-trip mode
+    # a null the file wrote stays `null` (ruamel's round trip writes an empty value instead)
+    rt.representer.add_representer(type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null"))
     data = rt.load(text) or CommentedMap()
     for name, value in overrides.items():
         *parents, last = _path(name)
