@@ -112,8 +112,20 @@ def test_backend_declares_what_it_does():
     assert not backend.capabilities.in_process and not backend.capabilities.tls
 
 
-def test_cli_manifest_with_auto_workers_is_a_one_line_error():
-    assert_one_line_error(invoke("k8s", "manifest"), 2, "backend kubernetes needs a number of worker pods")
+def test_cli_manifest_with_the_defaults_has_the_documented_pod_count_and_says_so(crd_schema):
+    """Before, `openclaw k8s manifest` with the defaults exited 2 (workers auto cannot count pods)."""
+    r = invoke("k8s", "manifest")
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith(f"# parallel.workers is auto, which cannot count pods: {kubernetes.MANIFEST_WORKERS} worker pods")
+    manifest = yaml.safe_load(r.output)
+    jsonschema.validate(manifest, crd_schema)
+    assert manifest["spec"]["worker"]["replicas"] == kubernetes.MANIFEST_WORKERS
+    assert not invoke("k8s", "manifest", "--set", "parallel.workers=8").output.startswith("#")
+
+
+def test_running_kubernetes_with_auto_workers_is_a_one_line_error():
+    with pytest.raises(ConfigError, match="backend kubernetes needs a number of worker pods"):  # at load or at the spec
+        cluster_spec(openclaw_dask.load_config(None, {**K8S, "parallel.workers": "auto"}))
 
 
 class _Recorder:

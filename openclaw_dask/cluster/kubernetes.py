@@ -218,11 +218,25 @@ class _Stop:
             logger.warning("could not turn the autoscaler off (%s: %s); the DaskCluster is deleted next", type(e).__name__, e)
 
 
+MANIFEST_WORKERS = 3  # worker pods of a manifest whose config leaves parallel.workers at auto (dask-kubernetes' own default)
+
+
 def manifest_yaml(path: Any = None, overrides: dict[str, Any] | None = None) -> str:
-    """The DaskCluster resource of the config at ``path`` with ``overrides``, checked as backend kubernetes, as YAML."""
+    """The DaskCluster resource of the config at ``path`` with ``overrides``, checked as backend kubernetes, as YAML.
+
+    With ``parallel.workers: auto`` (a pod count cannot be detected) it has :data:`MANIFEST_WORKERS`
+    worker pods, and a comment at the top says so.
+    """
     import yaml
 
     from openclaw_dask.cluster import load_for_backend as load_config
+    from openclaw_dask.config import load_config as parse_only
+    from openclaw_dask.config.keys import WORKERS
 
+    head = ""
+    if parse_only(path, overrides, override_label="--set").parallel.workers == "auto":
+        overrides = {**(overrides or {}), WORKERS: MANIFEST_WORKERS}
+        head = (f"# parallel.workers is auto, which cannot count pods: {MANIFEST_WORKERS} worker pods "
+                "(set it, e.g. openclaw k8s manifest --set parallel.workers=8)\n")
     config = load_config(path, overrides, override_label="--set")
-    return yaml.safe_dump(cluster_spec(config), sort_keys=False)
+    return head + yaml.safe_dump(cluster_spec(config), sort_keys=False)
