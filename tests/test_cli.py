@@ -65,6 +65,18 @@ def test_config_show_gives_value_and_source(tmp_path, monkeypatch):
     assert "parallel.workers" in table and "openclaw_config.yaml:2" in table
 
 
+def test_config_show_writes_values_as_the_yaml_would(monkeypatch):
+    """Before: Python reprs (True, None), raw bytes (1073741824) and 600.0 for ten minutes."""
+    monkeypatch.setenv("COLUMNS", "200")
+    out = invoke("config", "show", "--set", "parallel.timeout=600", "--set", "workload.size=1GiB",
+                 "--set", "cluster.memory_limit=1500000000").output
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.splitlines() if line.count("│") >= 3}
+    assert rows["parallel.timeout"] == "10m" and rows["workload.size"] == "1GiB"
+    assert rows["cluster.memory_limit"] == "1.40GiB" and rows["parallel.enabled"] == "true"
+    assert rows["parallel.fusion_buffer_size"] == "null" and rows["cluster.preload"] == "[]"
+    assert not {"True", "False", "None"} & set(rows.values())
+
+
 def test_config_validate_reads_the_file_alone(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENCLAW_WORKERS", "-5")
     good = tmp_path / "plain.yaml"

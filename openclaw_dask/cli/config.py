@@ -59,11 +59,15 @@ def config_show(config_path: str | None, sets: tuple[str, ...], as_json: bool) -
     from rich.console import Console
     from rich.table import Table
 
+    from openclaw_dask.config.schema import key_by_name
+    from openclaw_dask.config.values import as_written
+
     table = Table(title=f"openclaw config ({cfg.path or 'defaults only'})")
     for col in ("key", "value", "source"):
         table.add_column(col)
-    for k, v, src in rows:
-        table.add_row(k, str(v), src, style=None if src == "default" else "bold")
+    for k, v, src in rows:  # as the YAML would say it: true, null, 1GiB, 10m
+        key = key_by_name(k)
+        table.add_row(k, as_written(v, key.unit if key is not None else None), src, style=None if src == "default" else "bold")
     console = Console()
     console.print(table)
     for line in computed:

@@ -62,6 +62,11 @@ class Key:
         return getattr(self.coerce, "range", "")
 
     @property
+    def unit(self) -> str | None:
+        """``bytes`` or ``seconds`` for sizes and durations (how ``config show`` writes the value), else ``None``."""
+        return getattr(self.coerce, "unit", None)
+
+    @property
     def dotted(self) -> str:
         return f"{self.section}.{self.name}"
 

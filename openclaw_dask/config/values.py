@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dask.utils import byte_sizes, parse_timedelta
+from dask.utils import byte_sizes, format_bytes, parse_timedelta
 
 __all__ = ["COMMUNICATIONS", "ENGINES", "LOG_LEVELS", "MAX_CHUNKS", "MAX_WORKERS", "MISSING_CHUNKS",
-           "SERVICE_TYPES", "SOCKET_BUFFER_RANGE", "STRATEGIES", "ChunkSize", "Invalid", "backend_name", "boolean",
+           "SERVICE_TYPES", "SOCKET_BUFFER_RANGE", "STRATEGIES", "ChunkSize", "Invalid", "as_written", "backend_name", "boolean",
            "choice", "chunk_size", "dashboard", "devices", "dns_label", "duration", "env_mapping", "fraction", "integer",
            "local_directory", "log_level", "max_spill", "optional_text", "port", "ranged", "ratio", "size",
            "socket_buffer_size", "text", "text_list"]
@@ -138,6 +138,7 @@ def size(minimum: int, maximum: int, *, auto: bool = False, none: bool = False) 
             raise Invalid(allowed)
         return int(n)
 
+    coerce.unit = "bytes"  # type: ignore[attr-defined]  # Key.unit: how config show writes it
     return ranged(coerce, span)
 
 
@@ -186,6 +187,7 @@ def duration(minimum: float, maximum: float) -> Callable[[Any], float]:
             raise Invalid(allowed)
         return t
 
+    coerce.unit = "seconds"  # type: ignore[attr-defined]
     return ranged(coerce, span)
 
 
@@ -196,6 +198,23 @@ def fraction(v: Any) -> float:
 
 
 fraction.range = "above 0, at most 0.95"  # type: ignore[attr-defined]
+
+
+def as_written(value: Any, unit: str | None = None) -> str:
+    """``value`` as a YAML file would say it: ``true``, ``null``, ``64MiB`` (``unit="bytes"``), ``10m`` (``"seconds"``)."""
+    import json
+
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if unit == "bytes" and isinstance(value, int):
+        return _bytes_text(value) if value < 1024 or value % 1024 == 0 else format_bytes(value).replace(" ", "")
+    if unit == "seconds" and isinstance(value, (int, float)):
+        return _seconds(value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value)  # YAML's flow style
+    return str(value)
 
 
 def ratio(v: Any) -> float:
@@ -325,6 +344,7 @@ def max_spill(v: Any) -> int | str | bool:
 
 
 max_spill.range = "1MiB to 1PiB"  # type: ignore[attr-defined]
+max_spill.unit = "bytes"  # type: ignore[attr-defined]
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
