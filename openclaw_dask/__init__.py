@@ -10,9 +10,8 @@ through stages, :func:`iterate` synchronises every ``sync_interval`` steps, :fun
 batches many small calls (also ``openclaw_dask.map``); :mod:`openclaw_dask.io` reads files as chunked arrays.
 """
 
-from __future__ import annotations
-
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
 
 from openclaw_dask import io
 from openclaw_dask.chunking import ChunkPlan, plan_chunks
@@ -36,8 +35,8 @@ from openclaw_dask.loading import load_checked as load_config
 from openclaw_dask.session import Session, resize_workers, session
 
 try:
-    __version__ = version("openclaw-dask")
-except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = _version("openclaw-dask")
+except _PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0+unknown"
 
 __all__ = [

@@ -62,6 +62,17 @@ def test_no_engine_kind_is_tested_outside_cluster():
     assert _outside_cluster(r'client is (not )?None|\["pool"\]|engine\.(kind|distributed)') == []
 
 
+def test_the_package_namespace_is_its_api_and_its_modules():
+    """`annotations` and `PackageNotFoundError` once leaked into `openclaw_dask`'s namespace."""
+    import types
+
+    import openclaw_dask
+
+    extra = [name for name in dir(openclaw_dask) if not name.startswith("_") and name not in openclaw_dask.__all__
+             and not isinstance(getattr(openclaw_dask, name), types.ModuleType)]
+    assert extra == []
+
+
 def _sizes():
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -293,6 +293,17 @@ def test_cli_apply_fix_keeps_the_users_file_and_says_what_changed(tmp_path):
     assert re.search(r"task_chunk_size: auto +# planted", (tmp_path / "same.yaml").read_text())  # the comment stays
 
 
+def test_a_fix_says_what_the_runs_own_set_changed_the_file_from():
+    """Notebook 02 printed `workload.repeat: 1 -> 1`: the before of a --set was the run's own value."""
+    from openclaw_dask.diagnostics.fixes import fix_config
+
+    run = {"workload.repeat": 1, "parallel.task_chunk_size": "64KiB"}
+    config = load_config(None, run, env={})
+    changes = {c.key: c for c in fix_config(config, run, []).changes}
+    assert (changes["workload.repeat"].before, changes["workload.repeat"].value) == (3, 1)
+    assert changes["parallel.task_chunk_size"].before == "auto"
+
+
 def test_a_round_trip_changes_only_the_keys_it_means_to():
     """Every null once came back as an empty value: 8 unneeded diff lines in the packaged defaults."""
     import difflib

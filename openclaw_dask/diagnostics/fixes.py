@@ -28,7 +28,7 @@ _UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10}
 
 @dataclass(frozen=True)
 class Change:
-    """One key the fixed file sets: its new value, the run's value, and why."""
+    """One key the fixed file sets: its new value, its value before (the run's; the file's for the run's own --set), and why."""
 
     key: str
     value: Any
@@ -82,11 +82,14 @@ def fix_config(config: Any, run_overrides: Mapping[str, Any], verdicts: Iterable
     verdicts
         The profile's verdicts; their ``overrides`` beat ``run_overrides``.
     """
+    from openclaw_dask.config import load_config as parse_only
+
     wanted = {_dotted(k): (v, "--set") for k, v in run_overrides.items()}
     wanted.update(merge_overrides(verdicts))
     base, text = base_text(config)
     fixed = apply_overrides(text, {k: v for k, (v, _) in wanted.items()})
-    changes = [Change(k, v, _before(config, k), why) for k, (v, why) in wanted.items()]
+    file_alone = parse_only(config.path, env={})  # what the run's own --set changed it from (not "1 -> 1")
+    changes = [Change(k, v, _before(file_alone if why == "--set" else config, k), why) for k, (v, why) in wanted.items()]
     return FixedConfig(fixed, base, changes)
 
 
