@@ -329,3 +329,21 @@ def test_an_unreadable_script_is_one_line(script, tmp_path):
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [f"openclaw: error: cannot read script {script}: {why}; check its permissions, "
                                              "or run a readable copy"], r.stderr
+
+
+def test_teardown_noise_is_dropped_and_nothing_else():
+    """What distributed logs as a stopped run closes its workers (seen in the Ctrl-C tests) is dropped; news is kept."""
+    import logging
+
+    from distributed.comm.core import CommClosedError
+
+    from openclaw_dask.cluster.quiet import _FILTER
+
+    def record(name, msg, exc=None):
+        return logging.LogRecord(name, logging.ERROR, __file__, 1, msg, ("a", "b"), (type(exc), exc, None) if exc else None)
+
+    get_data = "failed during get data with %s -> %s"
+    assert not _FILTER.filter(record("distributed.worker", get_data, CommClosedError("in <TCP (closed)>: Stream is closed")))
+    assert _FILTER.filter(record("distributed.worker", get_data, MemoryError()))  # a worker's own failure is news
+    assert not _FILTER.filter(record("distributed.worker", "Failed to communicate with scheduler during heartbeat."))
+    assert _FILTER.filter(record("distributed.worker", "Compute Failed"))

@@ -5,7 +5,8 @@ these filters distributed adds its bookkeeping of that same stop: each task a wo
 running when it closed (``Async instruction ... ended with CancelledError``, which distributed
 itself says "should exclusively happen in Worker.close()") and every wait of a gather that the
 stop cut short (``Task exception was never retrieved ... AllExit``, distributed's internal
-signal for "stop waiting"), and a worker's heartbeat that met its scheduler closing. Installed
+signal for "stop waiting"), a worker's heartbeat that met its scheduler closing, and a worker
+whose reply to a peer's data request met that peer closed (``failed during get data``). Installed
 in openclaw's own worker processes (their scheduler is in the session's process) and in the
 session's process. Nothing else is filtered.
 """
@@ -24,10 +25,18 @@ class _TeardownNoise(logging.Filter):
         if record.name == "distributed.worker.state_machine":
             message = str(record.msg)
             return not (message.startswith("Async instruction for") and message.endswith("ended with CancelledError"))
-        if record.name == "distributed.worker":  # a heartbeat in flight as the scheduler closes (its process is ours)
-            return not str(record.msg).startswith("Failed to communicate with scheduler during heartbeat")
+        if record.name == "distributed.worker":
+            message = str(record.msg)
+            if message.startswith("failed during get data"):  # the worker that asked for it closed first
+                return _exc_name(record) != "CommClosedError"
+            # a heartbeat in flight as the scheduler closes (its process is ours)
+            return not message.startswith("Failed to communicate with scheduler during heartbeat")
         exc = record.exc_info[1] if record.exc_info else None
         return type(exc).__name__ != "AllExit" or type(exc).__module__ != "distributed.client"
+
+
+def _exc_name(record: logging.LogRecord) -> str:
+    return type(record.exc_info[1]).__name__ if record.exc_info else ""
 
 
 _FILTER = _TeardownNoise("openclaw-teardown")

@@ -8,7 +8,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.base import Backend, Capabilities
-from openclaw_dask.cluster.client import DistributedCluster
+from openclaw_dask.cluster.client import DistributedCluster, lost_scheduler
 from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.cluster.security import security_for
 from openclaw_dask.errors import ClusterStartError, ConfigError
@@ -95,6 +95,8 @@ class RemoteBackend(Backend):
                 ) from None
             except BaseException as e:
                 lost = running.lost(0)
+                if lost is None and _comm_closed(e):  # the scheduler went before the client's own watch noticed
+                    lost = lost_scheduler(address, "its connection closed")
                 running.close()
                 if lost is None or not isinstance(e, Exception):
                     raise
@@ -152,6 +154,13 @@ def _connect(address: str, timeout: float, security: Any) -> Any:
         ) from None
     except (OSError, TimeoutError) as e:
         raise ClusterStartError(unreachable.format(e.__class__.__name__)) from None
+
+
+def _comm_closed(e: BaseException) -> bool:
+    """``e`` is the scheduler's comm closing under a call (distributed's CommClosedError)."""
+    from distributed.comm.core import CommClosedError
+
+    return isinstance(e, CommClosedError)
 
 
 def _unanswered(address: str, timeout: float, security: Any) -> str | None:
