@@ -8,7 +8,8 @@ the ``stencil`` kernel ran slower on two threads than on one, and varied 3x from
 (docs/benchmarks.md). While a session runs tasks in this process on a dask local scheduler,
 big blocks come from the main heap and stay there when freed, for the next task to reuse.
 Closing the session restores the limits and hands free memory back to the system
-(``malloc_trim``); a session inside another leaves them to the outer one, and ``MALLOC_*``
+(``malloc_trim``); with sessions inside one another it is held once, while the newest open one
+wants it (:mod:`~openclaw_dask.cluster.process_state`, its one caller), and ``MALLOC_*``
 variables (your own tuning) turn this off. Two effects outlive it: glibc fixes its arena
 limit the first time it needs a second arena, so threads started in this process later may
 share the main arena; and the mmap threshold stays at 32 MiB instead of sliding up to it.
@@ -38,7 +39,6 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -3, -4, -8
 _REUSE = ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, -1), (M_ARENA_MAX, 1))
 # Setting any of them ends glibc's sliding mmap threshold for good: put it where it slides to (32 MiB).
 _DEFAULTS = ((M_MMAP_MAX, 65536), (M_TRIM_THRESHOLD, 128 * 1024), (M_MMAP_THRESHOLD, 32 * 2**20), (M_ARENA_MAX, 0))
-_depth = [0]  # sessions inside one another: the outermost sets and restores
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -55,18 +55,15 @@ def _glibc() -> ctypes.CDLL | None:
 @contextlib.contextmanager
 def heap_reuse() -> Iterator[None]:
     """Keep freed blocks in the heap while the block runs; give them back on exit (glibc only)."""
-    # not without glibc, over the user's own MALLOC_* tuning, or inside a session that did it already
-    ours = not any(k.startswith("MALLOC_") for k in os.environ) and not _depth[0]
-    libc = _glibc() if ours else None
+    # not without glibc, or over the user's own MALLOC_* tuning
+    libc = None if any(k.startswith("MALLOC_") for k in os.environ) else _glibc()
     if libc is not None:
         for param, value in _REUSE:
             libc.mallopt(param, value)
         logger.debug("malloc keeps freed memory for reuse while the session runs")
-    _depth[0] += 1
     try:
         yield
     finally:
-        _depth[0] -= 1
         if libc is not None:
             for param, value in _DEFAULTS:
                 libc.mallopt(param, value)

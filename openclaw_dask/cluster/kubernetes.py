@@ -229,14 +229,14 @@ def manifest_yaml(path: Any = None, overrides: dict[str, Any] | None = None) -> 
     """
     import yaml
 
-    from openclaw_dask.cluster import load_for_backend as load_config
-    from openclaw_dask.config import load_config as parse_only
+    from openclaw_dask.cluster.registry import check
+    from openclaw_dask.config import load_config
     from openclaw_dask.config.keys import WORKERS
 
-    head = ""
-    if parse_only(path, overrides, override_label="--set").parallel.workers == "auto":
-        overrides = {**(overrides or {}), WORKERS: MANIFEST_WORKERS}
+    head, config = "", load_config(path, overrides, override_label="--set")
+    if config.parallel.workers == "auto":  # read again with the pod count, so its source says where it came from
+        config = load_config(path, {**(overrides or {}), WORKERS: MANIFEST_WORKERS}, override_label="--set")
         head = (f"# parallel.workers is auto, which cannot count pods: {MANIFEST_WORKERS} worker pods "
                 "(set it, e.g. openclaw k8s manifest --set parallel.workers=8)\n")
-    config = load_config(path, overrides, override_label="--set")
+    check(config)  # backend kubernetes' own rules, as load_for_backend applies them
     return head + yaml.safe_dump(cluster_spec(config), sort_keys=False)
