@@ -33,6 +33,7 @@ def chunk_plan(session: SessionLike, shape: tuple[int, ...], dtype: Any = "float
     return plan_chunks(
         tuple(shape), dtype, task_chunk_size=p.task_chunk_size, strategy=p.strategy, slots=session.slots,
         task_overhead_s=session.engine.task_overhead_s, worker_memory=memory, threads_per_worker=threads,
+        stream_bytes_per_s=session.engine.stream_bytes_per_s, max_chunk_bytes=session.engine.max_chunk_bytes,
     )
 
 

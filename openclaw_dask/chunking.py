@@ -46,15 +46,17 @@ _OVERHEAD_FACTOR = 20  # work per task >= 20 x overhead, i.e. overhead <= 5%
 MAX_AUTO_CHUNK = 512 * 2**20
 
 
-def min_auto_chunk(task_overhead_s: float) -> int:
-    """The smallest auto chunk for a per-task overhead: whole MiB, between 4 MiB and :data:`MAX_AUTO_CHUNK`.
+def min_auto_chunk(task_overhead_s: float, stream_bytes_per_s: float | None = None, cap: int | None = None) -> int:
+    """The smallest auto chunk for a per-task overhead: whole MiB, between 4 MiB and ``cap`` (:data:`MAX_AUTO_CHUNK`).
 
     Distributed's per-chunk cost (2-2.7 ms here) asks for more than the cap: 512 MiB chunks
     took a 2 GiB sum on two worker processes from 0.65 to 0.74 of the memory bandwidth
-    against 256 MiB ones (docs/benchmarks.md).
+    against 256 MiB ones (docs/benchmarks.md). ``stream_bytes_per_s`` is one task slot's
+    (a CPU thread's, 13.5 GB/s, unless the engine says otherwise).
     """
-    floor = int(task_overhead_s * _STREAM_BYTES_PER_S * _OVERHEAD_FACTOR) // 2**20 * 2**20
-    return min(MAX_AUTO_CHUNK, max(4 * 2**20, floor))
+    rate = _STREAM_BYTES_PER_S if stream_bytes_per_s is None else stream_bytes_per_s
+    floor = int(task_overhead_s * rate * _OVERHEAD_FACTOR) // 2**20 * 2**20
+    return min(MAX_AUTO_CHUNK if cap is None else cap, max(4 * 2**20, floor))
 
 
 @dataclass(frozen=True)
@@ -88,20 +90,24 @@ class ChunkPlan:
 
 
 def _auto_target(total: int, itemsize: int, slots: int, overhead_s: float, worker_memory: int | None,
-                 threads_per_worker: int) -> tuple[int, str]:
+                 threads_per_worker: int, stream_bytes_per_s: float | None, max_chunk_bytes: int | None) -> tuple[int, str]:
     guide = total / (slots * 10)
     target, steps = guide, [f"auto: {format_bytes(total)} / ({slots} slots x 10) = {format_bytes(int(guide))}"]
-    floor = min_auto_chunk(overhead_s)
+    limit = MAX_AUTO_CHUNK if max_chunk_bytes is None else max_chunk_bytes
+    floor = min_auto_chunk(overhead_s, stream_bytes_per_s, limit)
     at_floor = target < floor
     if at_floor:
+        at_floor = floor < limit  # a floor clamped to the largest chunk is a cap: no chunk may outgrow it
         target = floor
-        steps.append(f"raised to {format_bytes(floor)} (per-task overhead {overhead_s * 1e3:.2g} ms)")
-    cap = MAX_AUTO_CHUNK
+        rate = "" if stream_bytes_per_s is None else f" at {stream_bytes_per_s / 1e9:.0f} GB/s a slot"
+        largest = "" if at_floor else ", the largest auto chunk"
+        steps.append(f"raised to {format_bytes(floor)}{largest} (per-task overhead {overhead_s * 1e3:.2g} ms{rate})")
+    cap = limit
     if worker_memory:
         cap = min(cap, worker_memory // (4 * max(1, threads_per_worker)))
     if target > cap:
         target, at_floor = cap, False
-        steps.append(f"lowered to {format_bytes(cap)} (memory per thread / 4)")
+        steps.append(f"lowered to {format_bytes(cap)} ({'memory per thread / 4' if cap < limit else 'the largest auto chunk'})")
     share = math.ceil(total / itemsize / slots) * itemsize  # whole elements, so exactly one chunk per slot
     if target > share:
         target, at_floor = share, False
@@ -148,6 +154,8 @@ def plan_chunks(
     task_overhead_s: float = DEFAULT_TASK_OVERHEAD_S,
     worker_memory: int | None = None,
     threads_per_worker: int = 1,
+    stream_bytes_per_s: float | None = None,
+    max_chunk_bytes: int | None = None,
 ) -> ChunkPlan:
     """Choose chunks for an array of ``shape`` and ``dtype``.
 
@@ -164,6 +172,9 @@ def plan_chunks(
         Fixed cost of one more task on the scheduler that runs them (``Backend.task_overhead_s``).
     worker_memory, threads_per_worker
         Memory limit of one worker and its threads, for the auto upper bound.
+    stream_bytes_per_s, max_chunk_bytes
+        One slot's streaming rate and the largest auto chunk (:class:`~openclaw_dask.cluster.base.Engine`);
+        None: a CPU thread's 13.5 GB/s and :data:`MAX_AUTO_CHUNK`.
     """
     shape = tuple(int(s) for s in shape)
     dtype = np.dtype(dtype)
@@ -175,7 +186,8 @@ def plan_chunks(
         target = int(size) * dtype.itemsize
         reason = f"task_chunk_size = {size} elements x {dtype.itemsize} B"
     else:
-        target, reason = _auto_target(total, dtype.itemsize, max(1, slots), task_overhead_s, worker_memory, threads_per_worker)
+        target, reason = _auto_target(total, dtype.itemsize, max(1, slots), task_overhead_s, worker_memory,
+                                      threads_per_worker, stream_bytes_per_s, max_chunk_bytes)
 
     block = list(shape)
     budget = max(1, target // dtype.itemsize)  # elements per chunk

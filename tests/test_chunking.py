@@ -89,6 +89,22 @@ def test_auto_is_capped_by_worker_memory():
     assert "memory per thread / 4" in plan.reason
 
 
+def test_auto_on_a_gpu_makes_chunks_big_enough_for_its_bandwidth():
+    """Seen on an H200: 8 GiB summed through 256 MiB chunks ran at 0.02 of CuPy, each task's ~2.5 ms
+    dwarfing its 0.06 ms of work; a GPU engine streams ~1 TB/s a slot, so auto gives it one chunk."""
+    from openclaw_dask.cluster.cuda import GPU_STREAM_BYTES_PER_S
+
+    gpu = {"stream_bytes_per_s": GPU_STREAM_BYTES_PER_S, "max_chunk_bytes": 26 * 10**9}
+    eight = plan_chunks((2**30,), "f8", task_chunk_size=AUTO, slots=1, task_overhead_s=ProcessBackend.task_overhead_s,
+                        worker_memory=125 * 10**9, **gpu)
+    assert eight.n_chunks == 1 and "at 1000 GB/s a slot" in eight.reason
+    big = plan_chunks((100 * 2**30 // 8,), "f8", task_chunk_size=AUTO, slots=1, task_overhead_s=ProcessBackend.task_overhead_s,
+                      worker_memory=125 * 10**9, **gpu)
+    assert big.chunk_bytes <= 26 * 10**9 and big.n_chunks == 5 and "the largest auto chunk" in big.reason
+    cpu = plan_chunks((2**30,), "f8", task_chunk_size=AUTO, slots=1, task_overhead_s=ProcessBackend.task_overhead_s)
+    assert cpu.chunk_bytes <= MAX_AUTO_CHUNK  # a CPU engine keeps its own rate and cap
+
+
 def test_auto_gives_every_slot_a_chunk():
     plan = plan_chunks((MiB // 8,), "f8", task_chunk_size=AUTO, slots=4, task_overhead_s=ProcessBackend.task_overhead_s)
     assert plan.n_chunks == 4

@@ -130,6 +130,24 @@ def test_config_show_gives_the_byte_limits_of_a_141_gb_device(fake_gpus):
     assert "GPU 0 (NVIDIA H200, 141.0 GB)" in line and "pool 98.7 GB" in line and "spill above 98.7 GB" in line
 
 
+def test_an_rmm_pool_the_gpus_cannot_hold_now_is_refused_before_any_worker_starts(fake_gpus, monkeypatch):
+    """Seen on an H200: a second session's 98.7 GB RMM pool beside the first's failed every worker's
+    start. RMM takes its whole pool at once, so free memory is compared first; CuPy's pool only caps."""
+    conf = {"parallel.backend": "cuda", "parallel.memory_pooling": True, "gpu.devices": [0]}
+    plan = cuda.gpu_plan(load_config(None, conf), TWO, rmm=True, ucx=False)
+    assert plan.short_of_memory({0: 99 * 10**9, 1: 0}) is None  # GPU 1 gets no worker
+    why = plan.short_of_memory({0: 40 * 10**9})
+    assert why.startswith("GPU 0 has 40.0 GB free, and its RMM pool would take 98.7 GB (gpu_memory_fraction 0.7 of 141.0 GB)")
+    assert plan.short_of_memory({}) is None  # free memory unreadable: the start itself says
+    assert cuda.gpu_plan(load_config(None, conf), TWO, rmm=False, ucx=False).short_of_memory({0: 0}) is None
+
+    monkeypatch.setattr(cuda, "_installed", lambda module: True)
+    monkeypatch.setattr(cuda, "free_memory", lambda: {0: 40 * 10**9, 1: 141 * 10**9})
+    r = invoke("run", "array-sum", *(f"--set={k}={v}" for k, v in conf.items()))
+    assert_one_line_error(r, 1, "could not start the cuda cluster: GPU 0 has 40.0 GB free",
+                          "lower parallel.gpu_memory_fraction or free the GPU")
+
+
 def test_session_arrays_route_through_dask_s_array_backend():
     """What CuPy chunks rest on, without CuPy: a registered NumPy-based backend marks each block.
 
@@ -206,8 +224,11 @@ def test_chunks_are_cupy_and_pools_limits_and_message_size_are_on_every_worker(g
 @pytest.mark.gpu
 @needs_gpu
 def test_batch_size_bounds_device_memory():
-    """8 GiB through a CuPy pool: with batch_size 2 the pool never holds more than a few 256 MiB chunks."""
-    conf = {"parallel.backend": "cuda", "parallel.memory_pooling": True, "parallel.batch_size": 2, "gpu.devices": [0]}
+    """8 GiB through a CuPy pool: with batch_size 2 the pool never holds more than a few 256 MiB chunks.
+
+    The module's session holds 0.7 of the GPU (all of it at once with RMM): this one takes 0.2."""
+    conf = {"parallel.backend": "cuda", "parallel.memory_pooling": True, "parallel.batch_size": 2, "gpu.devices": [0],
+            "parallel.gpu_memory_fraction": 0.2}
     with Session(load_config(None, conf)).start() as s:
         n, chunk = 2**30, 2**25  # float64: 8 GiB in 32 chunks of 256 MiB
         x = s.array((n,), fill="ones", chunks=chunk)
@@ -230,7 +251,8 @@ def _pool_and_limit(dask_worker):
     """(pool kind, CuPy pool limit, device spill threshold) inside a worker."""
     import cupy
 
-    spill = getattr(dask_worker.data, "device_memory_limit", None)
+    buffer = getattr(dask_worker.data, "device_buffer", None)  # dask-cuda's DeviceHostFile: a zict.Buffer
+    spill = getattr(buffer, "n", None)
     try:
         import rmm
 

@@ -24,6 +24,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 from click.testing import CliRunner
+from distributed import WorkerPlugin
 
 import openclaw_dask
 from openclaw_dask.cli import main
@@ -314,3 +315,45 @@ def test_max_spill_from_a_dask_section_is_read_as_dask_reads_it(setting):
     paused = {"tcp://127.0.0.1:1": {"status": "paused", "memory_limit": 200 * MiB,
                                     "metrics": {"memory": 170 * MiB, "managed_bytes": 150 * MiB, "spilled_bytes": {"disk": 16 * MiB}}}}
     assert "paused near their memory limit" in watch._reason(paused, 1)
+
+
+class _PoolTooBig(WorkerPlugin):
+    """A worker plugin that fails as dask-cuda's RMM setup does on a GPU another process holds."""
+
+    def setup(self, worker):
+        raise MemoryError("out_of_memory: failed to allocate 105528374016 bytes")
+
+
+def _scales_after_start(n_workers, **kwargs):
+    """A ``LocalCluster`` started as dask-cuda starts ``LocalCUDACluster``: no worker, then scale."""
+    from distributed import LocalCluster
+
+    cluster = LocalCluster(n_workers=0, **kwargs)
+    cluster.scale(n_workers)
+    cluster.sync(cluster._correct_state)
+    return cluster
+
+
+def test_a_worker_that_fails_its_start_fails_the_session_start_in_one_line(monkeypatch):
+    """Seen on an H200: a worker whose pool did not fit failed its start, the session began, and its
+    first compute waited for that worker until the test's timeout. Now the start fails, naming why."""
+    from openclaw_dask.cluster.local import ProcessBackend
+
+    monkeypatch.setattr(ProcessBackend, "cluster_class",
+                        lambda self: lambda **kw: _scales_after_start(plugins={_PoolTooBig()}, **kw))
+    config = load_config(None, {"parallel.backend": "process", "parallel.workers": 1})
+    before = set(psutil.Process().children(recursive=True))
+    t0 = time.monotonic()
+    with pytest.raises(RunError, match=r"could not start the process cluster \(MemoryError: out_of_memory: "
+                                       r"failed to allocate 105528374016 bytes\)$"):
+        openclaw_dask.Session(config).start()
+    assert time.monotonic() - t0 < 30
+    started = [p for p in psutil.Process().children(recursive=True) if p not in before and "resource_tracker" not in _cmdline(p)]
+    assert not psutil.wait_procs(started, timeout=10)[1], "a worker process was left running"
+
+
+def _cmdline(process):
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:  # ended meanwhile
+        return ""

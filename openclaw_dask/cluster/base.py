@@ -48,11 +48,17 @@ class Engine:
         Why, for the run summary and the profile.
     task_overhead_s
         Fixed cost of one more task on it: the auto chunk size keeps it small.
+    stream_bytes_per_s, max_chunk_bytes
+        How fast one task slot streams memory, and the largest auto chunk; None: a CPU
+        thread's (:mod:`openclaw_dask.chunking`). A GPU streams hundreds of times faster, so
+        its chunks must be that much bigger for the same per-task overhead to stay small.
     """
 
     kind: str
     reason: str
     task_overhead_s: float
+    stream_bytes_per_s: float | None = None
+    max_chunk_bytes: int | None = None
 
     @property
     def distributed(self) -> bool:

@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.base import Capabilities, Engine
-from openclaw_dask.cluster.gpu import Device, GpuInfo, discover, visible_devices
+from openclaw_dask.cluster.gpu import Device, GpuInfo, discover, free_memory, visible_devices
 from openclaw_dask.cluster.local import ProcessBackend
-from openclaw_dask.errors import ConfigError
+from openclaw_dask.errors import ClusterStartError, ConfigError
 
 if TYPE_CHECKING:
+    from openclaw_dask.cluster.running import RunningCluster
     from openclaw_dask.config import Config
 
 __all__ = ["FRACTION_ADVISED", "CudaBackend", "GpuPlan", "gpu_plan"]
@@ -35,6 +37,9 @@ __all__ = ["FRACTION_ADVISED", "CudaBackend", "GpuPlan", "gpu_plan"]
 logger = logging.getLogger("openclaw_dask.cluster")
 
 FRACTION_ADVISED = 0.7  # the guide's advice: gpu_memory_fraction <= 0.7 per process
+# A low bound on what one GPU streams (an H200 copied 4.2 TB/s in scripts/gpu-check.sh): auto
+# chunks big enough that distributed's ~2.5 ms a task stays small beside the work.
+GPU_STREAM_BYTES_PER_S = 1e12
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,21 @@ class GpuPlan:
     def pool_bytes(self) -> int:
         """One size for every worker's pool and spill threshold: the smallest device's limit (dask-cuda takes one value)."""
         return min(self.limit(d) for d in self.used)
+
+    def short_of_memory(self, free: Mapping[int, int]) -> str | None:
+        """Why an RMM pool cannot be made now, given each device's ``free`` bytes (pure); None if it can.
+
+        RMM takes its whole pool when a worker starts, so a GPU that another process (or another
+        session) holds would fail every worker's start; CuPy's pool only caps what it may take.
+        """
+        if self.pool != "rmm":
+            return None
+        for d in self.used:
+            if d.index in free and free[d.index] < self.pool_bytes:
+                return (f"GPU {d.index} has {_gb(free[d.index])} free, and its RMM pool would take {_gb(self.pool_bytes)} "
+                        f"(gpu_memory_fraction {self.fraction:g} of {_gb(d.memory_bytes)}): another process holds "
+                        "the rest (nvidia-smi lists it); lower parallel.gpu_memory_fraction or free the GPU")
+        return None
 
     def describe(self) -> list[str]:
         """Lines for ``openclaw config show``: each device and the limits computed for it."""
@@ -168,7 +188,8 @@ class CudaBackend(ProcessBackend):
         gp = self.gpu_plan(config)
         pool = f"{'an RMM' if gp.pool == 'rmm' else 'a CuPy'} pool of {_gb(gp.pool_bytes)} each" if gp.pool else "no memory pool"
         return Engine("distributed", f"backend cuda: {gp.workers} GPU worker(s), {pool}, spill above "
-                      f"{_gb(gp.pool_bytes)}, {gp.protocol}", self.task_overhead_s)
+                      f"{_gb(gp.pool_bytes)}, {gp.protocol}", self.task_overhead_s,
+                      stream_bytes_per_s=GPU_STREAM_BYTES_PER_S, max_chunk_bytes=gp.pool_bytes // 4)
 
     def dask_settings(self, config: Config) -> dict[str, Any]:
         settings = super().dask_settings(config)
@@ -186,6 +207,13 @@ class CudaBackend(ProcessBackend):
         if gp.pool != "rmm":  # RMM's pool is dask-cuda's to set up (rmm_pool_size)
             plugins.append(CupyPool(gp.pool_bytes if gp.pool == "cupy" else None))
         return plugins
+
+    def start(self, config: Config) -> RunningCluster:
+        """Refuse, in one line, a pool the GPUs cannot hold now, before any worker tries and fails."""
+        why = self.gpu_plan(config).short_of_memory(free_memory())
+        if why:
+            raise ClusterStartError(f"could not start the cuda cluster: {why}")
+        return super().start(config)
 
     def cluster_class(self) -> Any:
         from dask_cuda import LocalCUDACluster

@@ -6,6 +6,7 @@ machine with faked device lists (as dask-cuda's own tests fake ``CUDA_VISIBLE_DE
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -13,7 +14,7 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Device", "GpuInfo", "cupy_version", "discover", "parse_nvidia_smi", "visible_devices"]
+__all__ = ["Device", "GpuInfo", "cupy_version", "discover", "free_memory", "parse_nvidia_smi", "visible_devices"]
 
 SMI_QUERY = "index,uuid,name,memory.total,driver_version"
 
@@ -94,6 +95,28 @@ def _from_smi(smi: str) -> GpuInfo:
                          capture_output=True, text=True, timeout=20, check=True).stdout
     devices, driver = parse_nvidia_smi(out)
     return GpuInfo(devices, "nvidia-smi", driver)
+
+
+def free_memory() -> dict[int, int]:
+    """Free bytes of each GPU now, by index (not cached: other processes change it); empty if unreadable."""
+    with contextlib.suppress(Exception):  # not installed, no driver: nvidia-smi next
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return {i: int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).free)
+                    for i in range(pynvml.nvmlDeviceGetCount())}
+        finally:
+            pynvml.nvmlShutdown()
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return {}
+    try:
+        out = subprocess.run([smi, "--query-gpu=index,memory.free", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+        return {int(i): int(float(mib)) * 2**20 for i, mib in (line.split(",")[:2] for line in out.strip().splitlines())}
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {}
 
 
 @functools.cache

@@ -43,7 +43,7 @@ from openclaw_dask.cluster.network import (
 from openclaw_dask.cluster.plugins import BlasThreads, blas_threads, task_threads, worker_processes
 from openclaw_dask.cluster.running import RunningCluster, ThreadedEngine
 from openclaw_dask.cluster.security import security_for, tls_plan
-from openclaw_dask.errors import ClusterStartError, ConfigError
+from openclaw_dask.errors import ClusterStartError, ConfigError, shorten
 
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
@@ -119,9 +119,9 @@ class LocalBackend(Backend):
         logger.info("starting %s cluster: %s", self.name, kwargs)
         with contextlib.ExitStack() as undo:  # Ctrl-C while starting closes what started, here
             try:
-                cluster = _interruptible(lambda: self.cluster_class()(**kwargs), config.parallel.timeout)
+                cluster = _interruptible(lambda: _all_started(self.cluster_class()(**kwargs)), config.parallel.timeout)
             except Exception as e:  # distributed raises many types for a failed start
-                raise ClusterStartError(f"could not start the {self.name} cluster ({type(e).__name__}: {e})") from e
+                raise ClusterStartError(f"could not start the {self.name} cluster ({_first_cause(e)})") from e
             undo.callback(cluster.close)
             require_http_port(config, http, cluster.scheduler)  # taken between the check and the start
             try:
@@ -131,6 +131,33 @@ class LocalBackend(Backend):
                 raise ClusterStartError(f"could not connect to the {self.name} cluster ({type(e).__name__}: {e})") from e
             undo.pop_all()
         return DistributedCluster(self, config, client, cluster)
+
+
+def _all_started(cluster: Any) -> Any:
+    """``cluster`` once each of its workers has started; closed, and the failure raised, if one did not.
+
+    dask-cuda's ``LocalCUDACluster`` starts with no worker, then scales: it can return while a
+    worker's start is failing (an RMM pool the GPU cannot hold), and a compute would then wait
+    for a worker that never comes. A started worker's ``start()`` returns at once; a failed
+    one's raises why it failed.
+    """
+    try:
+        for worker in list(cluster.workers.values()):
+            cluster.sync(worker.start)
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
+
+
+def _first_cause(error: BaseException) -> str:
+    """The innermost exception under ``error`` ("Nanny failed to start" wraps why), in one short line."""
+    seen = {id(error)}
+    while (inner := error.__cause__ or error.__context__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        error = inner
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return shorten(f"{type(error).__name__}: {text}" if text else type(error).__name__, 300)
 
 
 def _interruptible(make: Callable[[], Any], wait: float) -> Any:
