@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
@@ -27,6 +26,7 @@ def benchmark(more: tuple[str, ...], suite: str, configs: tuple[str, ...], sweep
               baseline: str | None, fail_pct: float | None, config_path: str | None, sets: tuple[str, ...], force: bool) -> None:
     """Compare configurations on a standard suite: throughput, latency, speedups, with NumPy as referee."""
     from openclaw_dask.diagnostics import benchmark as bench
+    from openclaw_dask.diagnostics.terminal import print_benchmark
     from openclaw_dask.progress import status
 
     if fail_pct is not None and baseline is None:
@@ -40,6 +40,6 @@ def benchmark(more: tuple[str, ...], suite: str, configs: tuple[str, ...], sweep
     if plan.baseline is not None:
         bench.compare(report, plan.baseline)
     paths = bench.write_reports(report, plan.out_dir, force=force)
-    click.echo(Path(paths["md"]).read_text("utf-8"))
+    print_benchmark(report)  # report.md's content, in tables that fit the terminal
     click.echo(f"wrote {', '.join(str(p) for p in paths.values())}")
     bench.check_report(report, fail_pct)

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["print_profile", "print_run_summary", "print_tune", "recovery_line"]
+from openclaw_dask.diagnostics.termtable import Col, print_table
+
+__all__ = ["print_benchmark", "print_profile", "print_run_summary", "print_tune", "recovery_line"]
 
 
 def _b(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{int(n)} B"
+    """Bytes in the unit that keeps the figure under 1000: ``8 MiB``, ``86.3 MiB``, ``0.98 GiB`` (never ``1e+03 MiB``)."""
+    if n < 1000:
+        return f"{int(n)} B"
+    for unit, size in (("KiB", 2**10), ("MiB", 2**20), ("GiB", 2**30), ("TiB", 2**40)):
+        v = n / size
+        if v < 1:
+            return f"{v:.2f} {unit}"
+        if float(f"{v:.3g}") < 1000 or unit == "TiB":
+            return f"{v:.3g} {unit}" if v < 1000 else f"{v:.0f} {unit}"
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _t(seconds: float) -> str:
@@ -88,31 +96,26 @@ def recovery_line(workers_lost: int | None, tasks_recomputed: int | None, failur
     return f"{workers_lost} worker(s) lost, {tasks_recomputed} task(s) recomputed, {failures_recovered} of {workers_lost} recovered"
 
 
+_WORKER_COLS = (Col("worker x threads", wrap=True, justify="left"), Col("tasks"), Col("busy"), Col("idle"), Col("util"),
+                Col("computed"), Col("in"), Col("out"), Col("peak mem"))
+_GROUP_COLS = (Col("group", wrap=True, justify="left"), Col("count"), Col("total"), Col("p50"), Col("p95"), Col("max"),
+               Col("chunk p50"), Col("chunk max"))
+
+
 def print_profile(report: Any) -> None:
-    """Per-worker and per-group tables, then each verdict with its fix."""
-    from rich.box import SIMPLE_HEAD
-    from rich.table import Table
+    """Per-worker and per-group tables, then each verdict with its fix (tables fit the terminal: :mod:`.termtable`)."""
+    from rich.markup import escape
 
     console = _console()
-    workers = Table(title=f"openclaw profile: {report.n_tasks} tasks, {report.wall_s:.2f} s, backend {report.backend}", box=SIMPLE_HEAD)
-    for col in ("worker x threads", "tasks", "busy", "idle", "util", "computed", "in", "out", "peak mem"):
-        workers.add_column(col, justify="left" if col.startswith("worker") else "right", no_wrap=True, overflow="ellipsis")
-    for w in report.workers:
-        workers.add_row(
-            f"{_short(w.address)} x{w.nthreads}", str(w.tasks), _t(w.busy_s), _t(w.idle_s), f"{w.utilization:.0%}",
-            _b(w.bytes_computed), _b(w.bytes_in), _b(w.bytes_out), _b(w.peak_memory),
-        )
-    console.print(workers)
+    workers = [(escape(f"{_short(w.address)} x{w.nthreads}"), str(w.tasks), _t(w.busy_s), _t(w.idle_s), f"{w.utilization:.0%}",
+                _b(w.bytes_computed), _b(w.bytes_in), _b(w.bytes_out), _b(w.peak_memory)) for w in report.workers]
+    print_table(console, f"openclaw profile: {report.n_tasks} tasks, {report.wall_s:.2f} s, backend {report.backend}",
+                _WORKER_COLS, workers)
     if report.engine:
-        console.print(f"engine: {report.engine}")
-    groups = Table(title="task groups", box=SIMPLE_HEAD)
-    for col in ("group", "count", "total", "p50", "p95", "max", "chunk p50", "chunk max"):
-        groups.add_column(col, justify="left" if col == "group" else "right", no_wrap=True, overflow="ellipsis")
-    for g in report.groups[:12]:
-        groups.add_row(
-            g.group, str(g.count), _t(g.total_s), _t(g.p50_s), _t(g.p95_s), _t(g.max_s), _b(g.bytes_p50), _b(g.bytes_max),
-        )
-    console.print(groups)
+        console.print(f"engine: {escape(report.engine)}")
+    groups = [(escape(g.group), str(g.count), _t(g.total_s), _t(g.p50_s), _t(g.p95_s), _t(g.max_s), _b(g.bytes_p50),
+               _b(g.bytes_max)) for g in report.groups[:12]]
+    print_table(console, "task groups", _GROUP_COLS, groups)
     im = report.imbalance
     if report.n_tasks == 0:
         console.print("[yellow]no tasks ran[/]: nothing to profile (did the script compute anything?)")
@@ -124,23 +127,72 @@ def print_profile(report: Any) -> None:
         console.print(f"[bold yellow]{v.kind}[/]: {v.summary}\n  [bold]fix:[/] {v.fix}")
 
 
+_TUNE_COLS = (Col("rank"), Col("configuration", wrap=True, justify="left"), Col("runs"), Col("median"), Col("min-max"),
+              Col("vs current", wrap=True))
+
+
 def print_tune(result: Any) -> None:
     """The ranking of ``openclaw tune``: median and min-max of each configuration tried, then why the winner won."""
-    from rich.box import SIMPLE_HEAD
     from rich.markup import escape
-    from rich.table import Table
 
-    table = Table(title=f"openclaw tune {result.workload}: {result.spent_s:.0f} s of a {result.budget_s:.0f} s budget", box=SIMPLE_HEAD)
-    for col in ("rank", "configuration", "runs", "median", "min-max", "vs current"):
-        table.add_column(col, justify="left" if col == "configuration" else "right", overflow="fold")
     base = result.baseline.median_s
+    rows = []
     for i, t in enumerate(result.trials, 1):
         if not t.times:
-            table.add_row(str(i), escape(t.label), "0", "-", "-", escape(t.error or "not reached in the budget"))
+            rows.append((str(i), escape(t.label), "0", "-", "-", escape(t.error or "not reached in the budget")))
             continue
-        table.add_row(str(i), escape(t.label), str(len(t.times)), _t(t.median_s), f"{_t(min(t.times))}-{_t(max(t.times))}",
-                      f"{base / t.median_s:.2f}x")
+        rows.append((str(i), escape(t.label), str(len(t.times)), _t(t.median_s), f"{_t(min(t.times))}-{_t(max(t.times))}",
+                     f"{base / t.median_s:.2f}x"))
     console = _console()
-    console.print(table)
+    print_table(console, f"openclaw tune {result.workload}: {result.spent_s:.0f} s of a {result.budget_s:.0f} s budget",
+                _TUNE_COLS, rows, key=2)
     console.print(f"[bold]winner[/]: {escape(result.why())}")
 
+
+_LABELS = {"config", "workload", "ok", "flags", "compare"}  # these wrap between words; the figures never break
+
+
+def print_benchmark(report: Any) -> None:
+    """``report.md``'s content for the terminal: the rows, the speedups over the first configuration, the verdicts.
+
+    Tables fit the terminal (:mod:`.termtable`); an invalid row says why in its ``flags``, not in a figure's column.
+    """
+    from rich.markup import escape
+
+    from openclaw_dask.diagnostics.benchmark_render import (
+        COLUMNS,
+        STEAL_NOTE,
+        machine_line,
+        row_cells,
+        speedup_table,
+        stolen,
+    )
+    from openclaw_dask.diagnostics.benchmark_report import rows_of
+
+    console = _console()
+    rows = rows_of(report)
+    console.print(f"[bold]openclaw benchmark ({escape(report['suite'])} suite)[/]")
+    console.print(escape(machine_line(report)))
+    cols = [Col(c, wrap=c in _LABELS, justify="left" if c in _LABELS else "right") for c in COLUMNS]
+    shown = [i for i, c in enumerate(COLUMNS) if c != "compare" or any(r.compare for r in rows)]  # no baseline: no column
+    cells = []
+    for r in rows:
+        line = [escape(c) for c in row_cells(r)]
+        if r.invalid:
+            line[3], line[COLUMNS.index("flags")] = "[red]invalid[/]", f"[red]invalid[/]: {escape(r.invalid)}"
+        if not r.ok:
+            line[2] = "[bold red]NO[/]"
+        cells.append([line[i] for i in shown])
+    print_table(console, None, [cols[i] for i in shown], cells, key=2)
+    if any(stolen(r) for r in rows):
+        console.print(STEAL_NOTE)
+    speedups = speedup_table(rows)
+    if speedups is not None:
+        labels, table = speedups
+        print_table(console, f"speedup over {escape(labels[0])}", [Col("workload", wrap=True, justify="left")] +
+                    [Col(c, wrap=True) for c in labels[1:]], [[escape(c) for c in line] for line in table])
+    verdicts = [(r.config, r.workload, v) for r in rows for v in r.verdicts]
+    if verdicts:
+        console.print("[bold]verdicts[/]")
+        for c, w, v in verdicts:
+            console.print(f"- [bold]{escape(c)} / {escape(w)}[/]: {escape(v)}")
