@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from openclaw_dask.chunking import ChunkPlan
     from openclaw_dask.cluster import RunningCluster, SessionLike
 
-__all__ = ["Session", "activated", "active_session", "resize_workers", "session"]
+__all__ = ["Session", "activated", "active_session", "current_session", "resize_workers", "session"]
 
 logger = logging.getLogger("openclaw_dask.session")
 _ACTIVE: list[Session] = []  # sessions the CLI started for a script, innermost last
@@ -240,8 +240,8 @@ def session(config: str | os.PathLike[str] | Config | None = None, **overrides: 
     """
     if config is None and not overrides and _ACTIVE:
         return Session.borrow(_ACTIVE[-1])
-    if _in_spawned_bootstrap():
-        raise OpenclawError(
+    if _in_spawned_bootstrap():  # ends this worker process with one line, not a traceback
+        raise SystemExit(
             "openclaw_dask.session() ran while a worker process was importing your script; "
             "run it with `openclaw run script.py`, or put the code under `if __name__ == \"__main__\":`"
         )
@@ -250,6 +250,11 @@ def session(config: str | os.PathLike[str] | Config | None = None, **overrides: 
     if not isinstance(config, Config):
         config = load_config(config, overrides)
     return Session(config).start()
+
+
+def current_session() -> Session | None:
+    """The session ``openclaw run`` started for the script, else the most recently started one still open."""
+    return _ACTIVE[-1] if _ACTIVE else (_OPEN[-1] if _OPEN else None)
 
 
 def resize_workers(n: int, *, force: bool = False) -> ResizeResult:

@@ -229,8 +229,11 @@ def test_plain_python_without_guard_on_process_backend_says_how_to_fix(tmp_path)
     script = tmp_path / "noguard.py"
     script.write_text(SCRIPT.replace("openclaw_dask.session()", "openclaw_dask.session(backend='process', workers=1, timeout='10s')"))
     r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=90)
-    assert r.returncode != 0
-    assert "run it with `openclaw run script.py`" in r.stderr
+    assert r.returncode == 1
+    assert r.stderr.splitlines() == [  # one line, before any worker starts (tests/test_unguarded.py has more)
+        "ClusterStartError: could not start the process cluster: noguard.py starts it at its top level (line 6), which each "
+        "worker process runs again; put that code under `if __name__ == \"__main__\":`, or run it with `openclaw run noguard.py`"
+    ]
     assert "RESULT" not in r.stdout
 
 

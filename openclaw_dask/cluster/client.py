@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from openclaw_dask.cluster.network import dashboard_on
 from openclaw_dask.cluster.running import Progress, Recorder, RunningCluster, signals_deferred
 
 if TYPE_CHECKING:
@@ -51,11 +52,12 @@ class DistributedCluster(RunningCluster):
 
     def __init__(self, backend: Backend, config: Config, client: Client, cluster: Any = None, *,
                  shuts_down: bool = False, watch: Callable[[float], str | None] | None = None) -> None:
-        from openclaw_dask.cluster import quiet
+        from openclaw_dask.cluster import code_names, quiet
 
         super().__init__(backend, config)
         self._client, self.cluster, self.shuts_down, self._watch = client, cluster, shuts_down, watch
         quiet.install()  # a run stopped under distributed logs its teardown: not the user's news
+        code_names.install()  # a failing task's traceback names the user's file, not <dynamic-code>
         self.comm = SchedulerComm(self)
 
     @property
@@ -165,7 +167,7 @@ class DistributedCluster(RunningCluster):
 
     @property
     def dashboard_link(self) -> str | None:  # type: ignore[override]
-        return str(self._client.dashboard_link) if self.config.cluster.dashboard and not self.closed else None
+        return str(self._client.dashboard_link) if dashboard_on(self.config, self.backend) and not self.closed else None
 
     def describe(self) -> str:
         return repr(self._client)

@@ -32,9 +32,11 @@ except ImportError:  # pragma: no cover - older dask
 
 from openclaw_dask.cluster.base import Backend, Capabilities, Engine
 from openclaw_dask.cluster.client import DistributedCluster
+from openclaw_dask.cluster.main_guard import refuse_unguarded_main
 from openclaw_dask.cluster.network import (
     bind_host,
     dashboard_address,
+    dashboard_on,
     http_address,
     http_host,
     protocol,
@@ -43,6 +45,7 @@ from openclaw_dask.cluster.network import (
 from openclaw_dask.cluster.plugins import BlasThreads, blas_threads, task_threads, worker_processes
 from openclaw_dask.cluster.running import RunningCluster, ThreadedEngine
 from openclaw_dask.cluster.security import security_for, tls_plan
+from openclaw_dask.cluster.settings import dask_settings
 from openclaw_dask.errors import ClusterStartError, ConfigError, shorten
 
 if TYPE_CHECKING:
@@ -67,6 +70,8 @@ def _threads(config: Config) -> int:
 class LocalBackend(Backend):
     """A :class:`distributed.LocalCluster` on this machine; subclasses say threads or processes."""
 
+    cluster_keywords = ("distributed.scheduler.allowed-failures", "distributed.worker.preload")
+
     def plan(self, config: Config) -> dict[str, Any]:
         """The :class:`~distributed.LocalCluster` keyword arguments for ``config`` (nothing is started)."""
         p, c = config.parallel, config.cluster
@@ -84,6 +89,7 @@ class LocalBackend(Backend):
             "scheduler_kwargs": {"dashboard_address": http_address(config, web)},
             "silence_logs": getattr(logging, p.log_level),
         }
+        _hand_to_cluster(kwargs, dask_settings(config, self))
         if c.memory_limit != "auto":
             kwargs["memory_limit"] = c.memory_limit
         security = tls_plan(config)  # plain data: the Security object is made at start
@@ -158,6 +164,13 @@ def _first_cause(error: BaseException) -> str:
         error = inner
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
     return shorten(f"{type(error).__name__}: {text}" if text else type(error).__name__, 300)
+
+
+def _hand_to_cluster(kwargs: dict[str, Any], settings: dict[str, Any]) -> None:
+    """The scheduler's allowed failures and the workers' preloads, as the cluster's keywords (:attr:`Backend.cluster_keywords`)."""
+    kwargs["scheduler_kwargs"]["allowed_failures"] = settings["distributed.scheduler.allowed-failures"]
+    preload = settings.get("distributed.worker.preload", [])
+    kwargs["preload"] = [preload] if isinstance(preload, str) else list(preload)
 
 
 def _interruptible(make: Callable[[], Any], wait: float) -> Any:
@@ -280,11 +293,16 @@ def _warn_oversubscribed(slots: int) -> None:
                        slots, CPU_COUNT)
 
 
+# distributed names the scheduler's HTTP server (health, /metrics) "dashboard" even without the dashboard's
+# pages, so client.dashboard_link would be a URL that answers 404: its template empty, the link is ""
+_NO_DASHBOARD_LINK = MappingProxyType({"distributed.dashboard.link": ""})
+
+
 def cluster_needs(config: Config) -> list[tuple[str, str]]:
     """The settings of ``config`` that only a distributed cluster honours: ``(key, why)`` pairs."""
     p, c = config.parallel, config.cluster
     needs = [
-        (c.dashboard, "cluster.dashboard", "the dashboard is distributed's"),
+        (c.dashboard not in (False, "auto"), "cluster.dashboard", "the dashboard is distributed's"),  # auto: never by itself
         (config.monitoring.prometheus, "monitoring.prometheus", "the metrics are the scheduler's"),
         (config.security.temporary_certificates, "security.temporary_certificates", "TLS protects a cluster's comms"),
         (config.security.cert_file, "security.cert_file", "TLS protects a cluster's comms"),
@@ -346,6 +364,8 @@ class ThreadBackend(LocalBackend):
         return ThreadedEngine(self, config, pool, threads)
 
     def dask_settings(self, config: Config) -> dict[str, Any]:
+        if not dashboard_on(config, self):
+            return dict(_NO_DASHBOARD_LINK)
         # inproc addresses carry the machine's IP, not the host the dashboard binds
         return {"distributed.dashboard.link": "{scheme}://" + bind_host(config) + ":{port}/status"}
 
@@ -357,6 +377,11 @@ class ProcessBackend(LocalBackend):
     capabilities = Capabilities(worker_processes=True, resize=True, adapt=True, prometheus=True, tls=True, socket_buffers=True,
                                 local_memory=True)
     task_overhead_s = 0.0027  # measured with 2 workers (benchmarks/task_overhead.py)
+
+    def start(self, config: Config) -> RunningCluster:
+        """Start the worker processes, unless each would run the main script's top level that starts them."""
+        refuse_unguarded_main(self.name)
+        return super().start(config)
 
     def worker_plugins(self, config: Config) -> list[Any]:
         return [*super().worker_plugins(config), BlasThreads(blas_threads(config))]
@@ -370,5 +395,7 @@ class ProcessBackend(LocalBackend):
         # and a run waiting for it hangs (seen under chaos, 1 in about 8 runs). Our nannies
         # restart their workers themselves, so that reaper is switched off.
         settings = {"distributed.deploy.lost-worker-timeout": f"{_NEVER}s"}
+        if not dashboard_on(config, self):
+            settings.update(_NO_DASHBOARD_LINK)
         add_preload(settings, ("openclaw_dask.cluster.interrupt_preload",), ("worker",))
         return settings

@@ -1,0 +1,111 @@
+"""A session started at the top level of a script that every worker process runs again.
+
+distributed starts worker processes with multiprocessing's ``spawn`` (its default), and a
+spawned process first runs the parent's main script again, as ``__mp_main__``. Code at the
+script's top level, outside ``if __name__ == "__main__":``, runs there too: a session started
+there would start a cluster of its own in each worker, and every worker fail. :func:`refuse_unguarded_main`
+finds that case in the parent, before any worker exists, and raises one error that says
+how to fix it; uncaught (the usual case at a script's top level) it prints as one line.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+from types import FrameType, TracebackType
+
+from openclaw_dask.errors import ClusterStartError
+
+__all__ = ["refuse_unguarded_main", "unguarded_main_line"]
+
+
+def refuse_unguarded_main(backend_name: str) -> None:
+    """Raise :class:`ClusterStartError` when the main script starts worker processes from its unguarded top level."""
+    found = unguarded_main_line()
+    if found is None:
+        return
+    path, line = found
+    shown = os.path.relpath(path) if os.path.dirname(os.path.abspath(path)) == os.getcwd() else path
+    error = ClusterStartError(
+        f"could not start the {backend_name} cluster: {shown} starts it at its top level (line {line}), "
+        f"which each worker process runs again; put that code under `if __name__ == \"__main__\":`, "
+        f"or run it with `openclaw run {shown}`"
+    )
+    _one_line_if_uncaught(error)
+    raise error
+
+
+def unguarded_main_line() -> tuple[str, int] | None:
+    """``(script, line)`` when the calling code runs at the main script's top level, unguarded; else ``None``.
+
+    ``None`` also wherever a spawned process would not run the script again: no script file
+    (``python -c``, a notebook, ``openclaw run`` which runs the script in a namespace of its
+    own), a package's ``__main__`` run with ``-m``, or worker processes forked rather than spawned.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    spec_name = getattr(getattr(main, "__spec__", None), "name", None) or ""
+    if main is None or not isinstance(path, str) or spec_name == "__main__" or spec_name.endswith(".__main__"):
+        return None
+    if _start_method() == "fork":
+        return None
+    frame = _module_frame(vars(main), path)
+    if frame is None or _guarded(path, frame.f_lineno):
+        return None
+    return path, frame.f_lineno
+
+
+def _start_method() -> str:
+    import dask.config
+
+    return str(dask.config.get("distributed.worker.multiprocessing-method", "spawn"))
+
+
+def _module_frame(main_globals: dict[str, object], path: str) -> FrameType | None:
+    """The frame running the main script's top level, if it is on this thread's stack."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if frame.f_globals is main_globals and code.co_name == "<module>" and _same_file(code.co_filename, path):
+            return frame
+        frame = frame.f_back  # type: ignore[assignment]  # None ends the loop
+    return None
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return a == b or os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _guarded(path: str, line: int) -> bool:
+    """Whether an ``if`` that tests ``__name__`` starts at or before ``line`` (an unreadable script counts as guarded).
+
+    The guard around the line, or an early ``if __name__ != "__main__": ...`` exit before it:
+    either way the spawned process may not reach the line, so nothing is refused.
+    """
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return True
+    return any(isinstance(node, ast.If) and node.lineno <= line and _tests_name(node.test) for node in ast.walk(tree))
+
+
+def _tests_name(test: ast.expr) -> bool:
+    return any(isinstance(node, ast.Name) and node.id == "__name__" for node in ast.walk(test))
+
+
+def _one_line_if_uncaught(error: BaseException) -> None:
+    """Print ``error`` as Python's last traceback line alone if it reaches the top uncaught; others as before."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        if value is error:
+            print(f"{kind.__name__}: {value}", file=sys.stderr)
+        else:
+            previous(kind, value, tb)
+
+    sys.excepthook = hook
