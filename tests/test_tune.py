@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import random
+import statistics
 
 import pytest
 
 from openclaw_dask.cluster import load_for_backend as load_config
-from openclaw_dask.diagnostics.tune import MIN_SAMPLES, _with_fixes, candidates, profiled_fixes, tune
+from openclaw_dask.diagnostics import tune as tune_module
+from openclaw_dask.diagnostics.stats import compare_runs
+from openclaw_dask.diagnostics.tune import CONFIRM_RUNS, MIN_SAMPLES, _with_fixes, candidates, profiled_fixes, tune
 
 from .test_cli import assert_one_line_error, invoke
 
@@ -51,29 +55,129 @@ def test_successive_halving_ranks_by_median_and_confirms_the_winner():
 
 def test_the_caller_s_settings_hold_in_every_trial_the_current_config_too():
     cfg = load_config(None, {**SMALL, "parallel.task_chunk_size": "1MiB"}, override_label="--set")
-    result = tune(cfg, "array-sum", budget_s=0, space=[{"parallel.task_chunk_size": "4MiB"}])
+    result = tune(cfg, "array-sum", budget_s=30, space=[{"parallel.task_chunk_size": "4MiB"}])
     assert result.baseline.error is None and len(result.baseline.times) >= MIN_SAMPLES
 
 
-def test_a_spent_budget_stops_the_trials_but_still_confirms_the_leader():
-    cfg = load_config(None, SMALL, override_label="--set")
-    space = [{"parallel.task_chunk_size": f"{2 ** i}MiB"} for i in range(6)]
-    result = tune(cfg, "array-sum", budget_s=0, space=space)
-    assert len(result.baseline.times) >= MIN_SAMPLES
-    assert sum(1 for t in result.trials if t.times) <= 2  # nothing but the confirmations ran
+class Machine:
+    """A simulated machine for tune: a clock, and each configuration's run times (seconds) drawn around its mean.
+
+    ``measure`` replaces tune's: it advances the clock by a session's start and the runs, and records the calls.
+    """
+
+    def __init__(self, means: dict[str, float], *, start_s: float = 0.5, noise: float = 0.05, seed: int = 0):
+        self.means, self.start_s, self.noise, self.rng = means, start_s, noise, random.Random(seed)
+        self.now, self.calls = 0.0, []
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def measure(self, config, target, overrides, samples, script_args=()):
+        label = tune_module._label(overrides)
+        times = [self.means[label] * (1 + self.rng.uniform(-self.noise, self.noise)) for _ in range(samples)]
+        self.now += self.start_s + sum(times)
+        self.calls.append((label, samples))
+        return times
+
+
+def _simulated(monkeypatch, machine: Machine, space, budget_s: float = 60):
+    monkeypatch.setattr(tune_module, "measure", machine.measure)
+    monkeypatch.setattr(tune_module, "time", machine)
+    return tune(load_config(None), "array-sum", budget_s=budget_s, space=space)
+
+
+CHUNKS = [{"parallel.task_chunk_size": size} for size in ("4MiB", "16MiB", "64MiB", "128MiB")]
+
+
+def test_a_config_better_with_confidence_is_advised_with_its_p(monkeypatch):
+    means = {"current config": 0.040, "task_chunk_size=4MiB": 0.080, "task_chunk_size=16MiB": 0.045,
+             "task_chunk_size=64MiB": 0.030, "task_chunk_size=128MiB": 0.010}
+    result = _simulated(monkeypatch, Machine(means), CHUNKS)
+    best, base = result.winner, result.baseline
+    assert result.recommended and best.overrides == {"parallel.task_chunk_size": "128MiB"}
+    assert len(best.confirm) == len(base.confirm) == CONFIRM_RUNS  # fresh runs, not the ones that chose it
+    c = compare_runs(best.confirm, base.confirm)
+    assert result.comparison == c and c.verdict == "faster" and c.p == pytest.approx(2 / 252)
+    # the sentence is made of these figures
+    assert result.why() == (f"task_chunk_size=128MiB is {1 / c.ratio:.2f}x faster than the current config on fresh runs "
+                            f"(median {statistics.median(best.confirm) * 1e3:.1f} ms vs "
+                            f"{statistics.median(base.confirm) * 1e3:.1f} ms; p = 0.0079, Mann-Whitney U on 5 vs 5 runs)")
+    assert result.to_dict()["test"]["p_value"] == c.p and result.to_dict()["recommended"] is True
+
+
+def test_confirming_runs_the_current_config_before_and_after_the_leader(monkeypatch):
+    means = {"current config": 0.040, **{tune_module._label(o): 0.02 * (i + 1) for i, o in enumerate(CHUNKS)}}
+    machine = Machine(means)
+    _simulated(monkeypatch, machine, CHUNKS)
+    half = (CONFIRM_RUNS + 1) // 2
+    assert machine.calls[-3:] == [("current config", half), ("task_chunk_size=4MiB", CONFIRM_RUNS),
+                                  ("current config", CONFIRM_RUNS - half)]
+
+
+def test_a_noise_level_leader_is_rarely_advised(monkeypatch):
+    # every configuration the same: whichever leads the search leads by noise alone (+-20% per run)
+    means = {"current config": 0.040, **{tune_module._label(o): 0.040 for o in CHUNKS}}
+    results = [_simulated(monkeypatch, Machine(means, noise=0.2, seed=seed), CHUNKS) for seed in range(100)]
+    advised = [r for r in results if r.recommended]
+    assert len(advised) <= 8  # a false "faster" at p < 0.05, two-sided, is about 1 in 40 (the search leader differs ~3 in 4)
+    assert all(r.comparison is not None and r.comparison.p is not None and r.comparison.p < 0.05 for r in advised)
+    tested = [r for r in results if not r.recommended and r.comparison is not None]
+    assert tested
+    for r in tested:  # the sentence shows the test's own figures
+        c, why = r.comparison, r.why()
+        assert r.winner is r.baseline and why.startswith("the current config is as good as any tried")
+        assert f"took {c.ratio:.2f}x its time" in why and (f"p = {c.p:.2g}" in why or "p < 0.001" in why)
+        assert "a change is advised only at p < 0.05 and at least 5% faster" in why
+
+
+def test_a_budget_too_small_to_decide_says_so_and_spends_nothing_on_the_test(monkeypatch):
+    means = {"current config": 1.0, "task_chunk_size=4MiB": 0.5}
+    machine = Machine(means, noise=0.0)
+    result = _simulated(monkeypatch, machine, CHUNKS[:1], budget_s=8)
+    assert machine.calls == [("current config", 1), ("task_chunk_size=4MiB", 1)]  # 5 fresh runs a side would not fit
+    assert not result.recommended and result.comparison is not None and result.comparison.verdict == "undecided"
+    assert result.why().startswith("the current config is kept: the budget left too few fresh runs to test the best of "
+                                   "the 2 tried, task_chunk_size=4MiB (median 500.0 ms vs 1000.0 ms in the search)")
+    assert result.why().endswith("(p < 0.05 needs 4 a side, 5 to allow one noisy run); raise --budget")
+
+
+def test_a_spent_budget_runs_nothing_and_says_so(monkeypatch):
+    machine = Machine({"current config": 1.0})
+    result = _simulated(monkeypatch, machine, CHUNKS, budget_s=0)
+    assert machine.calls == [] and not result.recommended
+    assert result.why() == "no configuration ran: the budget ran out"
+
+
+def test_cli_write_writes_nothing_when_no_config_is_better_and_says_why(monkeypatch, tmp_path):
+    machine = Machine({"current config": 0.040, **{tune_module._label(o): 0.041 for o in CHUNKS}}, noise=0.01)
+    monkeypatch.setattr(tune_module, "measure", machine.measure)
+    monkeypatch.setattr(tune_module, "time", machine)
+    monkeypatch.setattr(tune_module, "candidates", lambda config, cores: CHUNKS)
+    monkeypatch.setattr(tune_module, "profiled_fixes", lambda *a, **k: {})
+    out = tmp_path / "t.yaml"
+    r = invoke("tune", "array-sum", "--budget", "60s", "--write", str(out))
+    assert r.exit_code == 0, r.output
+    assert not out.exists()
+    assert f"wrote nothing to {out}: no configuration tried is better than the current one with confidence" in r.stdout
+    assert "the current config is as good as any tried" in r.stdout.replace("\n", " ")
+    r = invoke("tune", "array-sum", "--budget", "60s", "--write", str(out), "--json")
+    result = json.loads(r.stdout)
+    assert result["written"] is None and result["recommended"] is False and not out.exists()
 
 
 @pytest.mark.slow
 def test_cli_writes_a_valid_config_that_differs_only_in_tuned_keys(tmp_path):
-    base = tmp_path / "base.yaml"
-    base.write_text("# my settings\nworkload:\n  size: 8MiB\n  repeat: 2\n")
+    base = tmp_path / "base.yaml"  # 256 tasks of 128 KiB: overhead-bound, a fix the test can find with confidence
+    base.write_text("# my settings\nworkload:\n  size: 32MiB\n  repeat: 2\nparallel:\n  task_chunk_size: 128KiB\n")
     out = tmp_path / "tuned.yaml"
-    r = invoke("tune", "array-sum", "--config", str(base), "--budget", "20s", "--write", str(out), "--json")
+    r = invoke("tune", "array-sum", "--config", str(base), "--budget", "40s", "--write", str(out), "--json")
     assert r.exit_code == 0, r.output
     result = json.loads(r.stdout)
+    assert result["recommended"] and result["test"]["verdict"] == "faster" and result["test"]["p_value"] < 0.05
     tuned = load_config(out)
     assert out.read_text().startswith("# tuned by `openclaw tune array-sum` on ") and "# my settings" in out.read_text()
-    changed = {k for k, src in tuned.sources.items() if src != "default"} - {"workload.size", "workload.repeat"}
+    changed = {k for k, src in tuned.sources.items() if src != "default"} - {"workload.size", "workload.repeat"} \
+        - ({"parallel.task_chunk_size"} - set(result["winner"]["overrides"]))
     assert changed == set(result["winner"]["overrides"])
 
 

@@ -17,7 +17,7 @@ from openclaw_dask.cli._app import config_option, force_option, friendly, main, 
 @click.option("--repeat", default=5, show_default=True, type=click.IntRange(1, 1000), help="Timed runs per row (after two warm-ups).")
 @click.option("--out", "out_dir", default="benchmark-report", show_default=True, type=click.Path(file_okay=False), help="Folder for report.json/.md/.html.")
 @click.option("--compare", "baseline", type=click.Path(dir_okay=False), default=None, help="A previous report.json to compare against (exit 3 if it cannot be read as one).")
-@click.option("--fail-on-regression", "fail_pct", type=float, default=None, metavar="PCT", help="Exit 1 if a row is slower than the baseline by more than PCT%.")
+@click.option("--fail-on-regression", "fail_pct", type=float, default=None, metavar="PCT", help="Exit 1 if a row is slower than the baseline by more than PCT% and significantly (p < 0.05; needs --repeat 4+).")
 @config_option
 @set_option
 @force_option
@@ -35,6 +35,7 @@ def benchmark(more: tuple[str, ...], suite: str, configs: tuple[str, ...], sweep
     sweeps = tuple(sweeps) + tuple(m for m in more if "=" in m)
     plan = bench.prepare(files, sweeps, overrides(sets), config_path=config_path, baseline=baseline, out_dir=out_dir, suite=suite,
                          force=force)
+    bench.check_gate(fail_pct, repeat, plan.baseline)  # a gate too few runs could never trip is refused before any run
     with status("benchmark", show=sys.stderr.isatty()) as say:
         report = bench.run_benchmark(plan.configs, suite=suite, repeat=repeat, progress=say, base_overrides=plan.base_overrides)
     if plan.baseline is not None:

@@ -12,8 +12,9 @@ This module checks a benchmark's inputs (:func:`prepare`) and writes its reports
 
 - :mod:`~openclaw_dask.diagnostics.benchmark_configs`: files x sweeps -> :class:`Configuration`
 - :mod:`~openclaw_dask.diagnostics.benchmark_run`: :func:`run_benchmark`, each row a :class:`Row`
-- :mod:`~openclaw_dask.diagnostics.benchmark_stats`: rates, percentiles, speedups, the noise band
-- :mod:`~openclaw_dask.diagnostics.benchmark_compare`: :func:`load_report`, :func:`compare`, :func:`check_report`
+- :mod:`~openclaw_dask.diagnostics.benchmark_stats`: rates, percentiles, speedups
+- :mod:`~openclaw_dask.diagnostics.benchmark_compare`: :func:`load_report`, :func:`compare`, :func:`check_gate`,
+  :func:`check_report` (faster/slower by :mod:`~openclaw_dask.diagnostics.stats`' test on the timed runs)
 - :mod:`~openclaw_dask.diagnostics.benchmark_render`: ``report.json``, ``report.md``, ``report.html``
 - :mod:`~openclaw_dask.diagnostics.benchmark_report`: :data:`SCHEMA`, :class:`Row`
 """
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from openclaw_dask.diagnostics.benchmark_compare import check_report, compare, load_report, regressions
+from openclaw_dask.diagnostics.benchmark_compare import check_gate, check_report, compare, load_report, regressions
 from openclaw_dask.diagnostics.benchmark_configs import Configuration, configurations
 from openclaw_dask.diagnostics.benchmark_render import BenchmarkReport
 from openclaw_dask.diagnostics.benchmark_report import SCHEMA, Row
@@ -40,6 +41,7 @@ __all__ = [
     "Configuration",
     "Plan",
     "Row",
+    "check_gate",
     "check_report",
     "compare",
     "configurations",

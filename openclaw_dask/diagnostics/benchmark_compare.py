@@ -1,7 +1,8 @@
 """A benchmark against its baseline and its gates: reading a ``--compare`` report, faster/slower/same, exit status.
 
-A row is matched to the baseline row of the same ``(config, workload)``; the noise band is the
-larger of 5% and either row's own spread (:mod:`~openclaw_dask.diagnostics.benchmark_stats`).
+A row is matched to the baseline row of the same ``(config, workload)``; its timed runs are tested
+against the baseline row's by :func:`~openclaw_dask.diagnostics.stats.compare_runs` (two-sided
+Mann-Whitney U, p < 0.05, medians at least 5% apart), so a gate never fails on noise.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from typing import Any
 
 from openclaw_dask.diagnostics.benchmark_render import BenchmarkReport
 from openclaw_dask.diagnostics.benchmark_report import SCHEMA
-from openclaw_dask.diagnostics.benchmark_stats import noise_band, status
-from openclaw_dask.errors import ReportError, ResultMismatch, RunError
+from openclaw_dask.diagnostics.stats import ALPHA, compare_runs, runs_to_decide
+from openclaw_dask.errors import ConfigError, ReportError, ResultMismatch, RunError
 
-__all__ = ["check_report", "compare", "load_report", "regressions"]
+__all__ = ["check_gate", "check_report", "compare", "load_report", "regressions"]
 
 _ROW_FIELDS = ("config", "workload", "median_s", "min_s", "max_s")  # what a baseline row needs to be compared
 
@@ -56,10 +57,13 @@ def _comparable(row: Any) -> bool:
 
 
 def compare(report: dict[str, Any], baseline: dict[str, Any]) -> list[dict[str, Any]]:
-    """Mark each row faster/slower/same than the baseline row of the same config and workload.
+    """Mark each row faster, slower, same or undecided against the baseline row of the same config and workload.
 
-    The noise band is the larger of 5% and each row's own relative spread (max-min over median).
-    Rows are annotated in place under ``"compare"``; the annotations are returned.
+    ``faster``/``slower`` only when the two rows' timed runs differ by the test of
+    :func:`~openclaw_dask.diagnostics.stats.compare_runs`; ``undecided`` when either row has
+    too few runs for the test to ever say so. Rows are annotated in place under ``"compare"``
+    (``status``, ``ratio`` of medians, ``p_value``, ``runs``, ``baseline_median_s``, ``text``);
+    the annotations are returned.
 
     Raises
     ------
@@ -74,18 +78,40 @@ def compare(report: dict[str, Any], baseline: dict[str, Any]) -> list[dict[str, 
         if b is None:
             r["compare"] = {"status": "new"}
         else:
-            noise, ratio = noise_band(r, b), r["median_s"] / b["median_s"]
-            r["compare"] = {"status": status(ratio, noise), "ratio": ratio, "noise_band": noise, "baseline_median_s": b["median_s"]}
+            test = compare_runs(r.get("times_s") or [], b.get("times_s") or [])
+            r["compare"] = {"status": test.verdict, "ratio": r["median_s"] / b["median_s"], "p_value": test.p,
+                            "runs": list(test.runs), "baseline_median_s": b["median_s"], "text": test.text()}
         out.append(r["compare"])
     return out
 
 
 def regressions(report: dict[str, Any], pct: float) -> list[dict[str, Any]]:
-    """Rows slower than their baseline beyond the noise band and by more than ``pct`` percent."""
+    """Rows slower than their baseline with confidence (see :func:`compare`) and by more than ``pct`` percent."""
     return [
         r for r in report["rows"]
         if r.get("compare", {}).get("status") == "slower" and (r["compare"]["ratio"] - 1) * 100 > pct
     ]
+
+
+def check_gate(fail_pct: float | None, repeat: int, baseline: dict[str, Any] | None) -> None:
+    """Before any run: refuse a ``--fail-on-regression`` gate that could never fail, for too few timed runs.
+
+    Raises
+    ------
+    ConfigError
+        This run's ``repeat``, or the baseline's runs per row, are below the fewest with which
+        the test can reach p < 0.05 (4 a side).
+    """
+    if fail_pct is None:
+        return
+    fewest = runs_to_decide(ALPHA, overlaps=0)
+    if repeat < fewest:
+        raise ConfigError(f"--fail-on-regression with --repeat {repeat}: with fewer than {fewest} timed runs a row no "
+                          f"slowdown is significant (p < {ALPHA:g}), so the gate could never fail; use --repeat {fewest} or more")
+    runs = min((len(r.get("times_s") or []) for r in (baseline or {}).get("rows", [])), default=fewest)
+    if runs < fewest:
+        raise ConfigError(f"--fail-on-regression: the --compare baseline has {runs} timed run(s) in a row, fewer than the "
+                          f"{fewest} with which a slowdown can be significant (p < {ALPHA:g}); rerun it with --repeat {fewest} or more")
 
 
 def check_report(report: dict[str, Any], fail_pct: float | None = None) -> None:
@@ -97,7 +123,7 @@ def check_report(report: dict[str, Any], fail_pct: float | None = None) -> None:
         A row computed a wrong answer.
     RunError
         A row is faster than this machine's memory allows (``invalid``), or slower than the
-        baseline by more than ``fail_pct`` percent.
+        baseline with confidence and by more than ``fail_pct`` percent.
     """
     rows = report["rows"]
     for error in (_mismatched(rows), _invalid(rows), _regressed(report, fail_pct)):
@@ -126,4 +152,8 @@ def _regressed(report: dict[str, Any], fail_pct: float | None) -> RunError | Non
     if not slower:
         return None
     return RunError(f"{len(slower)} row(s) regressed by more than {fail_pct:g}%: " + ", ".join(
-        f"{r['config']}/{r['workload']} {r['compare']['ratio']:.2f}x" for r in slower))
+        f"{r['config']}/{r['workload']} {r['compare']['ratio']:.2f}x" + _p(r['compare']) for r in slower))
+
+
+def _p(cmp: dict[str, Any]) -> str:
+    return f" (p = {cmp['p_value']:.2g})" if cmp.get("p_value") is not None else ""

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from openclaw_dask.diagnostics.benchmark_report import Row, rows_of
+from openclaw_dask.diagnostics.stats import compare_runs
 
 __all__ = ["COLUMNS", "STEAL_NOTE", "STEAL_NOTED", "BenchmarkReport", "against_first", "html_layout", "machine_line", "markdown",
            "render", "report_json", "row_cells", "speedup_table", "stolen"]
@@ -89,9 +90,13 @@ def row_cells(r: Row, strong: Callable[[str], str] = str) -> list[str]:
 
 
 def _compare_text(cmp: Mapping[str, Any]) -> str:
-    if "ratio" in cmp:
-        return f"{cmp['status']} ({cmp['ratio']:.2f}x, band {cmp['noise_band']:.0%})"
-    return str(cmp.get("status", ""))
+    """``slower (1.50x, p=0.0079, 5 vs 5 runs)``: the verdict of :func:`~.benchmark_compare.compare` and its figures."""
+    if "ratio" not in cmp:
+        return str(cmp.get("status", ""))
+    if "runs" not in cmp:  # a report of a version before the test: its noise band decided
+        return f"{cmp['status']} ({cmp['ratio']:.2f}x, band {cmp.get('noise_band', 0):.0%})"
+    evidence = f"p={cmp['p_value']:.2g}" if cmp["p_value"] is not None else "too few runs"
+    return f"{cmp['status']} ({cmp['ratio']:.2f}x, {evidence}, {cmp['runs'][0]} vs {cmp['runs'][1]} runs)"
 
 
 def against_first(rows: list[Row]) -> list[str]:
@@ -111,12 +116,19 @@ def speedup_table(rows: list[Row]) -> tuple[list[str], list[list[str]]] | None:
     labels = list(dict.fromkeys(r.config for r in rows if r.config != "serial"))
     if len(labels) < 2 or any(r.speedup_vs_first is None for r in rows):
         return None
-    table = {(r.workload, r.config): _speedup_cell(r) for r in rows}
+    firsts = {r.workload: r for r in rows if r.config == labels[0]}
+    table = {(r.workload, r.config): _speedup_cell(r, firsts.get(r.workload)) for r in rows}
     return labels, [[w] + [table[w, c] for c in labels[1:]] for w in dict.fromkeys(r.workload for r in rows)]
 
 
-def _speedup_cell(r: Row) -> str:
-    return "invalid" if r.invalid else f"{r.speedup_vs_first:.2f}"
+def _speedup_cell(r: Row, first: Row | None) -> str:
+    """``1.41 (p=0.0079)``; ``1.03 (same, p=0.42)`` below the rule of :func:`~.stats.compare_runs`; or too few runs."""
+    if r.invalid:
+        return "invalid"
+    test = compare_runs(r.times_s, first.times_s if first else ())
+    if test.significant:
+        return f"{r.speedup_vs_first:.2f} (p={test.p:.2g})"
+    return f"{r.speedup_vs_first:.2f} ({'too few runs' if test.p is None else f'same, p={test.p:.2g}'})"
 
 
 def html_layout(report: Mapping[str, Any]) -> Any:

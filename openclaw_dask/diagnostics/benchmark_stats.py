@@ -1,4 +1,7 @@
-"""The figures of a benchmark row: timing summaries, rates, latency percentiles, speedups and the noise band."""
+"""The figures of a benchmark row: timing summaries, rates, latency percentiles and speedups.
+
+Whether two rows differ is :mod:`~openclaw_dask.diagnostics.stats`' test on their timed runs.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +13,7 @@ import numpy as np
 
 from openclaw_dask.diagnostics.benchmark_report import Row
 
-__all__ = ["MIN_NOISE", "noise_band", "percentiles", "rates", "spread", "status", "with_speedups"]
-
-MIN_NOISE = 0.05  # rows within 5% (or their own spread, if larger) count as the same
+__all__ = ["percentiles", "rates", "with_speedups"]
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -44,20 +45,3 @@ def with_speedups(rows: list[Row], first: str) -> list[Row]:
     firsts = {r.workload: r.median_s for r in rows if r.config == first}
     return [replace(r, speedup_vs_serial=serial[r.workload] / r.median_s, speedup_vs_first=firsts[r.workload] / r.median_s)
             for r in rows]
-
-
-def spread(row: dict[str, Any]) -> float:
-    """A row's own noise: (max - min) / median of its timed runs."""
-    return (row["max_s"] - row["min_s"]) / row["median_s"]
-
-
-def noise_band(row: dict[str, Any], baseline: dict[str, Any]) -> float:
-    """The larger of :data:`MIN_NOISE` and either row's :func:`spread`."""
-    return max(MIN_NOISE, spread(row), spread(baseline))
-
-
-def status(ratio: float, noise: float) -> str:
-    """``slower``, ``faster`` or ``same``: a median ``ratio`` (new over old) against the noise band."""
-    if ratio > 1 + noise:
-        return "slower"
-    return "faster" if ratio < 1 / (1 + noise) else "same"

@@ -4,10 +4,16 @@ The search space is the local engine's shape: ``parallel.backend`` (thread, proc
 threads per worker process (``omp_threads``, or ``hybrid``) and ``task_chunk_size``, seeded from
 this machine's cores, the current config and the profiler: one profiled run of the current config,
 whose verdicts' ``overrides`` (the fixes ``openclaw profile --apply-fix`` would write) become a
-candidate of their own. The strategy is successive halving: every candidate
-runs once, the best third runs again with 3 samples, then 5. Trials stop at most of the budget;
-the leader and the current config are then confirmed with :data:`MIN_SAMPLES` samples each, so
-no winner rests on one noisy sample. What was measured is ranked by its median.
+candidate of their own. The strategy is successive halving: every candidate runs once, the best
+third runs again with 3 samples, then 5, ranked by median. Trials stop when what is left of the
+budget is what confirming needs.
+
+The ranking only picks a challenger: the same runs that chose it flatter it. So the leader and
+the current config get :data:`CONFIRM_RUNS` fresh runs each (the current config's around the
+leader's, so a drift in the machine's load falls on both), and the leader is recommended only when
+those runs are faster by the rule of :func:`~openclaw_dask.diagnostics.stats.compare_runs`
+(two-sided Mann-Whitney U, p < 0.05, medians at least 5% apart). Otherwise the current config is
+as good as any tried, and the result says why, or that the budget left too few runs to decide.
 """
 
 from __future__ import annotations
@@ -21,14 +27,17 @@ from datetime import date
 from typing import Any
 
 from openclaw_dask.config.keys import BACKEND, HYBRID, OMP_THREADS, TASK_CHUNK_SIZE, WORKERS
+from openclaw_dask.diagnostics.stats import ALPHA, MIN_CHANGE, Comparison, compare_runs, runs_to_decide
 
-__all__ = ["FINAL_SAMPLES", "MIN_SAMPLES", "Trial", "TuneResult", "candidates", "measure", "tune", "tuned_config"]
+__all__ = ["CONFIRM_RUNS", "FINAL_SAMPLES", "MIN_SAMPLES", "Trial", "TuneResult", "candidates", "measure", "tune",
+           "tuned_config"]
 
 FINAL_SAMPLES = 5
-MIN_SAMPLES = 3  # the fewest samples a winner may have
+MIN_SAMPLES = 3  # the fewest samples a ranking may rest on
 RUNGS = (1, MIN_SAMPLES, FINAL_SAMPLES)  # samples a candidate has after each rung
 KEEP = 3  # each rung keeps the best 1/KEEP (at least two)
-CONFIRM_SHARE = 0.2  # of the budget kept for confirming the leader and the current config
+CONFIRM_RUNS = runs_to_decide(ALPHA)  # fresh runs a side: enough for p < 0.05 despite one out-of-order run (5)
+FEWEST_RUNS = runs_to_decide(ALPHA, overlaps=0)  # below this a side the test can never say yes (4)
 CHUNKS = ("auto", "16MiB", "128MiB")
 
 
@@ -36,13 +45,24 @@ def _label(overrides: dict[str, Any]) -> str:
     return ", ".join(f"{k.rpartition('.')[2]}={v}" for k, v in overrides.items()) or "current config"
 
 
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
 @dataclass(eq=False)  # trials are told apart by identity (one per configuration tried)
 class Trial:
-    """One configuration: the keys it changes and the seconds of each sample of the measured step."""
+    """One configuration: the keys it changes, the seconds of each sample of the measured step, and what they cost.
+
+    ``times`` are the search's samples; ``confirm`` the fresh ones of the final test (leader and
+    current config only). ``wall_s`` and ``calls`` (sessions started) price more runs.
+    """
 
     overrides: dict[str, Any]
     times: list[float] = field(default_factory=list)
     error: str | None = None
+    confirm: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+    calls: int = 0
 
     @property
     def label(self) -> str:
@@ -52,40 +72,80 @@ class Trial:
     def median_s(self) -> float:
         return statistics.median(self.times) if self.times else math.inf
 
+    def cost_s(self, runs: int, sessions: int = 1) -> float:
+        """Seconds that ``runs`` more samples in ``sessions`` sessions should take, from what it has cost so far."""
+        if not self.calls:
+            return 0.0
+        start = max(0.0, self.wall_s - sum(self.times) - sum(self.confirm)) / self.calls  # a session's start and end
+        return sessions * start + runs * self.median_s
+
     def to_dict(self) -> dict[str, Any]:
         return {"overrides": self.overrides, "label": self.label, "times_s": self.times,
-                "median_s": None if not self.times else self.median_s, "error": self.error}
+                "median_s": None if not self.times else self.median_s, "confirm_times_s": self.confirm,
+                "error": self.error}
 
 
 @dataclass
 class TuneResult:
-    """The ranked trials, the winner and the current config's trial, and what the search cost."""
+    """The ranked trials, the leader of the search and the current config's trial, the final test, and the cost.
+
+    ``comparison`` is the leader's fresh runs against the current config's (``None`` when the
+    current config led, or one side could not run); :attr:`winner` is the leader only when that
+    test found it faster.
+    """
 
     workload: str
     trials: list[Trial]
     baseline: Trial
     budget_s: float
     spent_s: float
+    leader: Trial | None = None
+    comparison: Comparison | None = None
 
     @property
     def winner(self) -> Trial:
-        return self.trials[0]
+        """The configuration to use: the leader if it is better with confidence (or the current config failed)."""
+        if self.leader is None or not self.leader.times:
+            return self.baseline
+        if self.baseline.error and not self.baseline.times:
+            return self.leader
+        return self.leader if self.comparison is not None and self.comparison.verdict == "faster" else self.baseline
+
+    @property
+    def recommended(self) -> bool:
+        """Whether tune advises a change (and ``--write`` writes one)."""
+        return self.winner is not self.baseline
 
     def why(self) -> str:
-        w, b = self.winner, self.baseline
+        """One sentence, from the measured figures, saying what to use and on what evidence."""
+        w, b, c = self.winner, self.baseline, self.comparison
         if not w.times:
             return f"no configuration ran: {w.error or 'the budget ran out'}"
         if not b.times:
-            return f"{w.label}: median {w.median_s * 1e3:.1f} ms over {len(w.times)} runs; the current config did not run ({b.error})"
-        if w is b:
-            return f"the current config was fastest: median {w.median_s * 1e3:.1f} ms over {len(w.times)} runs"
-        spread = f"{min(w.times) * 1e3:.1f}-{max(w.times) * 1e3:.1f} ms"
-        return (f"{w.label}: median {w.median_s * 1e3:.1f} ms over {len(w.times)} runs ({spread}), "
-                f"{b.median_s / w.median_s:.2f}x the current config's {b.median_s * 1e3:.1f} ms")
+            return f"{w.label}: median {_ms(w.median_s)} over {len(w.times)} runs; the current config did not run ({b.error})"
+        tried = sum(1 for t in self.trials if t.times)
+        if self.leader is None or self.leader is b or c is None:
+            return (f"the current config is as good as any tried: its median, {_ms(b.median_s)} over {len(b.times)} runs, "
+                    f"was the best of the {tried} configurations measured")
+        lead = self.leader
+        medians = f"median {_ms(statistics.median(lead.confirm))} vs {_ms(statistics.median(b.confirm))}" \
+            if lead.confirm and b.confirm else f"median {_ms(lead.median_s)} vs {_ms(b.median_s)} in the search"
+        if w is lead:
+            return f"{lead.label} is {1 / c.ratio:.2f}x faster than the current config on fresh runs ({medians}; {c.evidence()})"
+        if c.verdict == "undecided":
+            return (f"the current config is kept: the budget left too few fresh runs to test the best of "
+                    f"the {tried} tried, {lead.label} ({medians}): {c.evidence()}; raise --budget")
+        return (f"the current config is as good as any tried: on fresh runs the best of the {tried}, {lead.label}, "
+                f"took {c.ratio:.2f}x its time ({medians}; {c.evidence()}); a change is advised only at "
+                f"p < {ALPHA:g} and at least {MIN_CHANGE:.0%} faster")
 
     def to_dict(self) -> dict[str, Any]:
+        c = self.comparison
+        test = None if c is None else {"verdict": c.verdict, "ratio": c.ratio, "p_value": c.p, "runs": list(c.runs),
+                                       "text": c.text()}
         return {"workload": self.workload, "winner": self.winner.to_dict(), "baseline": self.baseline.to_dict(),
-                "why": self.why(), "budget_s": self.budget_s, "spent_s": self.spent_s,
+                "recommended": self.recommended, "leader": None if self.leader is None else self.leader.label,
+                "test": test, "why": self.why(), "budget_s": self.budget_s, "spent_s": self.spent_s,
                 "trials": [t.to_dict() for t in self.trials]}
 
 
@@ -145,7 +205,7 @@ def _run_overrides(config: Any) -> dict[str, Any]:
 def tune(config: Any, target: str = "array-sum", *, script_args: tuple[str, ...] = (), budget_s: float = 120.0,
          cores: int | None = None, space: list[dict[str, Any]] | None = None,
          say: Callable[[str], None] = lambda m: None) -> TuneResult:
-    """Successive halving over :func:`candidates` (or ``space``) for ``target``, within ``budget_s`` seconds.
+    """Successive halving over :func:`candidates` (or ``space``) for ``target``, then the leader's test, in ``budget_s``.
 
     Parameters
     ----------
@@ -154,8 +214,9 @@ def tune(config: Any, target: str = "array-sum", *, script_args: tuple[str, ...]
     target
         A built-in workload (its measured step: the timed sums or runs) or a script (one run).
     budget_s
-        Trials stop when all but :data:`CONFIRM_SHARE` of it is spent; the rest confirms the leader
-        and the current config with :data:`MIN_SAMPLES` samples each (which may run a little over).
+        The search stops when what is left is what confirming the leader should cost
+        (:data:`CONFIRM_RUNS` fresh runs of it and of the current config); confirming runs as many
+        as the rest allows, and none below :data:`FEWEST_RUNS`, with which no test can decide.
     space
         Override dicts to search instead of :func:`candidates` and the profiler's fixes (tests, benchmarks).
     """
@@ -165,34 +226,64 @@ def tune(config: Any, target: str = "array-sum", *, script_args: tuple[str, ...]
     baseline = Trial({})
     grid = space if space is not None else _with_fixes(candidates(config, cores), profiled_fixes(config, target, script_args, say))
     everyone = [baseline] + [Trial(o) for o in grid]
-    alive = list(everyone)
 
-    def run(trial: Trial, samples: int, note: str) -> None:
-        more = samples - len(trial.times)
-        if more <= 0 or trial.error:
+    def run(trial: Trial, samples: int, note: str, into: list[float] | None = None) -> None:
+        if samples <= 0 or trial.error:
             return
-        say(f"{note}: {trial.label} ({more} run(s))")
+        say(f"{note}: {trial.label} ({samples} run(s))")
+        start = time.perf_counter()
         try:
-            trial.times += measure(config, target, trial.overrides, more, script_args)
+            (trial.times if into is None else into).extend(measure(config, target, trial.overrides, samples, script_args))
         except Exception as e:  # noqa: BLE001  (a configuration that cannot run is a result, not a crash)
             trial.error = f"{type(e).__name__}: {e}"
+        trial.wall_s, trial.calls = trial.wall_s + time.perf_counter() - start, trial.calls + 1
 
-    trials_until = (1 - CONFIRM_SHARE) * budget_s
+    def left() -> float:
+        return budget_s - (time.perf_counter() - t0)
+
+    ranked = _search(everyone, baseline, run, left)
+    leader = ranked[0] if ranked else None
+    comparison = None
+    if leader is not None and leader is not baseline and baseline.times:
+        comparison = _confirm(leader, baseline, run, left)
+    return TuneResult(target, ranked + [t for t in everyone if not t.times], baseline, budget_s,
+                      time.perf_counter() - t0, leader, comparison)
+
+
+def _search(everyone: list[Trial], baseline: Trial, run: Callable[..., None], left: Callable[[], float]) -> list[Trial]:
+    """Successive halving while the budget ``left`` exceeds what confirming should cost; the ranking by median.
+
+    Trials with fewer samples than the best-measured (up to :data:`MIN_SAMPLES`) rank below those with more.
+    """
+    alive = list(everyone)
     for rung, samples in enumerate(RUNGS):
         for i, trial in enumerate(alive):
-            if time.perf_counter() - t0 > trials_until:
+            priced = [t for t in alive if t.calls and t is not baseline]
+            reserve = baseline.cost_s(CONFIRM_RUNS, 2) + max((t.cost_s(CONFIRM_RUNS) for t in priced), default=0.0)
+            if left() <= reserve:
                 break
-            run(trial, samples, f"rung {rung + 1}/{len(RUNGS)}, trial {i + 1}/{len(alive)}")
+            run(trial, samples - len(trial.times), f"rung {rung + 1}/{len(RUNGS)}, trial {i + 1}/{len(alive)}")
         ranked = sorted((t for t in alive if t.times), key=lambda t: t.median_s)
         alive = list(dict.fromkeys([*ranked[: max(2, math.ceil(len(ranked) / KEEP))], baseline]))
-    # No winner from one noisy sample: the leader and the current config get MIN_SAMPLES even past the budget.
-    leader = min((t for t in everyone if t.times), key=lambda t: t.median_s, default=baseline)
-    for trial in dict.fromkeys([leader, baseline]):
-        run(trial, MIN_SAMPLES, "confirming")
     measured = [t for t in everyone if t.times]
-    enough = min(MIN_SAMPLES, max((len(t.times) for t in measured), default=0))  # fewer samples rank below
-    trials = sorted(measured, key=lambda t: (len(t.times) < enough, t.median_s))
-    return TuneResult(target, trials + [t for t in everyone if not t.times], baseline, budget_s, time.perf_counter() - t0)
+    enough = min(MIN_SAMPLES, max((len(t.times) for t in measured), default=0))
+    return sorted(measured, key=lambda t: (len(t.times) < enough, t.median_s))
+
+
+def _confirm(leader: Trial, baseline: Trial, run: Callable[..., None], left: Callable[[], float]) -> Comparison:
+    """Fresh runs of ``leader`` between two blocks of the current config's, as many as the budget allows; the test."""
+    runs = CONFIRM_RUNS
+    while runs >= FEWEST_RUNS and baseline.cost_s(runs, 2) + leader.cost_s(runs) > left():
+        runs -= 1
+    if runs < FEWEST_RUNS:  # the test could not say yes: spend nothing on it
+        return Comparison(leader.median_s / baseline.median_s, None, (0, 0), "undecided")
+    first = (runs + 1) // 2
+    run(baseline, first, "confirming", into=baseline.confirm)
+    run(leader, runs, "confirming", into=leader.confirm)
+    run(baseline, runs - first, "confirming", into=baseline.confirm)
+    if not leader.confirm or not baseline.confirm:
+        return Comparison(leader.median_s / baseline.median_s, None, (len(leader.confirm), len(baseline.confirm)), "undecided")
+    return compare_runs(leader.confirm, baseline.confirm)
 
 
 def profiled_fixes(config: Any, target: str, script_args: tuple[str, ...] = (),
