@@ -43,7 +43,9 @@ def build(stack: contextlib.ExitStack, config: Config, backend: Backend, metrics
     from openclaw_dask.cluster.settings import dask_settings
     from openclaw_dask.monitoring import require_prometheus_client
 
-    settings = {**stack.enter_context(scratch(config)), **dask_settings(config, backend)}
+    handed = backend.cluster_keywords  # the cluster gets these as keywords: not this process's config
+    settings = {**stack.enter_context(scratch(config)),
+                **{k: v for k, v in dask_settings(config, backend).items() if k not in handed}}
     layer = Layer(
         dask=settings, log_level=config.parallel.log_level,
         # tasks run in this process: one BLAS/OpenMP thread each, so task threads never oversubscribe the cores

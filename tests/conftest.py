@@ -41,7 +41,7 @@ _LONG_LIVED = ("Dask-Offload", "TCP-Executor", "IO loop", "Profile", "asyncio_",
 
 
 def _process_state():
-    """What a test must leave as it found it: dask's config, log levels, signal handlers, BLAS pools, comms."""
+    """What a test must leave as it found it: dask's config, log levels, signal handlers, BLAS pools, comms, environment."""
     import copy
     import logging
 
@@ -57,6 +57,8 @@ def _process_state():
         "signal handlers": {k: signal.getsignal(k) for k in (signal.SIGINT, signal.SIGTERM)},
         "BLAS pools": {p["filepath"]: p["num_threads"] for p in threadpool_info()},
         "tcp comm backend": type(backends.get("tcp")),
+        # what a nanny writes into this process's environment before it spawns a worker
+        "environment": {k: v for k, v in os.environ.items() if k not in ("PYTEST_CURRENT_TEST", "__DASK_PARENT_PID")},
     }
 
 
@@ -68,7 +70,7 @@ def _new_threads(before):
 
 @pytest.fixture(autouse=True)
 def _clean_process():
-    """Fail a test that leaves dask's config, log levels, signal handlers, BLAS pools, comms or threads changed."""
+    """Fail a test that leaves dask's config, log levels, signal handlers, BLAS pools, comms, environment or threads changed."""
     before, threads = _process_state(), {t.ident for t in threading.enumerate()}
     yield
     after = _process_state()
@@ -84,6 +86,10 @@ def _clean_process():
         changed[changed.index("dask.config")] = "dask.config: " + ", ".join(
             f"{k}: {flat[0].get(k, '<absent>')!r} -> {flat[1].get(k, '<absent>')!r}"
             for k in sorted(set(flat[0]) | set(flat[1])) if flat[0].get(k, _GONE) != flat[1].get(k, _GONE))[:500]
+    if "environment" in changed:
+        env = before["environment"], after["environment"]
+        changed[changed.index("environment")] = "environment: " + ", ".join(
+            f"{k}: {env[0].get(k)!r} -> {env[1].get(k)!r}" for k in sorted(set(env[0]) | set(env[1])) if env[0].get(k) != env[1].get(k))
     assert not changed and not left, f"the test left the process changed: {changed}; threads still running: {left}"
 
 

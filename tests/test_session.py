@@ -326,3 +326,22 @@ def test_arrays_are_joined_in_the_caller_not_in_a_finalize_task_on_a_worker():
         assert s.compute(dask.delayed(sum)([1, 2])) == 3
         assert s.compute(x.sum(), dask.delayed(int)("7")) == (total, 7)
         assert s.compute(x.sum(), traverse=False) == total
+
+
+def test_cluster_settings_are_the_cluster_s_keywords_and_the_environment_comes_back():
+    """The scheduler's allowed failures and the workers' preloads reach the cluster as its keywords,
+    not through this process's dask config; what the nannies write into this process's environment
+    for their spawns (BLAS threads, malloc trimming, PYTHONHASHSEED) is put back when the session closes."""
+    import os
+
+    before = dict(os.environ)
+    with openclaw_dask.session(backend="process", workers=1, **{"fault_tolerance.allowed_failures": 7}) as s:
+        assert s.client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.allowed_failures) == 7
+        assert dask.config.get("distributed.scheduler.allowed-failures") != 7
+        preloads = s.client.run(lambda dask_worker: [p.name for p in dask_worker.preloads])
+        assert all("openclaw_dask.cluster.interrupt_preload" in names for names in preloads.values()), preloads
+        assert "openclaw_dask.cluster.interrupt_preload" not in dask.config.get("distributed.worker.preload", [])
+        assert os.environ.get("PYTHONHASHSEED") is not None  # written by the nanny before it spawned
+    after = dict(os.environ)
+    assert {k: (before.get(k), after.get(k)) for k in set(before) | set(after)
+            if before.get(k) != after.get(k) and k != "__DASK_PARENT_PID"} == {}

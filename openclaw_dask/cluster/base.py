@@ -213,5 +213,9 @@ class Backend:
         """``dask.config`` keys this backend needs on top of :func:`~openclaw_dask.cluster.settings.dask_settings`."""
         return {}
 
+    # dask_settings keys start() hands to the cluster it makes as keywords: a session leaves them
+    # out of this process's dask config, so one cluster's value never shows in another's.
+    cluster_keywords: ClassVar[tuple[str, ...]] = ()
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

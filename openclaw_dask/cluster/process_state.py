@@ -2,7 +2,9 @@
 
 Some settings cannot be scoped to a cluster: what ``dask.compute`` runs on in this process,
 the log levels of this process's loggers, its BLAS/OpenMP pools, malloc's tuning, the SIGTERM
-handler and distributed's ``tcp`` comm backend. Each open session holds a :class:`Layer` of them
+handler, distributed's ``tcp`` comm backend, and the environment variables a nanny writes into
+this process's own environment before it spawns a worker (``pre-spawn-environ``: BLAS threads,
+malloc trimming, ``PYTHONHASHSEED``), which later child processes of the program would inherit. Each open session holds a :class:`Layer` of them
 in :data:`PROCESS`; the process always shows the newest open session's layer over what it was
 before the first one opened. Sessions close in any order and nothing is handed between them:
 closing the newest brings the next newest back, closing an older one changes nothing visible,
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -28,6 +31,9 @@ _ABSENT = object()
 # What a distributed.Client sets in dask's config when it is made, and undoes only when it closes as
 # the last default client (or never, if its connect failed): restored with the layers, whoever set it.
 _CLIENT_KEYS = ("scheduler",)
+# What a distributed.Nanny puts in this process's os.environ before each spawn, besides its config's
+# pre-spawn-environ keys, and leaves there.
+_NANNY_ENV = ("PYTHONHASHSEED",)
 
 
 class Terminated(SystemExit):
@@ -70,6 +76,7 @@ class ProcessState:
         self._made: set[str] = set()
         self._levels_before: dict[str, int] = {}
         self._toggles: dict[str, contextlib.ExitStack] = {}
+        self._environ: dict[str, str] = {}
 
     @contextlib.contextmanager
     def holding(self, owner: object, layer: Layer) -> Iterator[None]:
@@ -79,12 +86,15 @@ class ProcessState:
         with self._lock:
             if not self._layers:  # what the process had: a key any layer sets later returns to its value here
                 self._found = copy.deepcopy(dask.config.config)
+                self._environ = dict(os.environ)
             self._layers.append((owner, layer))
             self._apply()
         try:
             yield
         finally:
             with self._lock:
+                if len(self._layers) == 1:  # the last cluster is closed: no nanny will spawn again
+                    self._restore_environ()
                 self._layers = [(o, lay) for o, lay in self._layers if o is not owner]
                 self._apply()
 
@@ -107,6 +117,20 @@ class ProcessState:
 
         with self._lock:
             return self._found if self._layers else dask.config.config
+
+    def _restore_environ(self) -> None:
+        """Put back the variables nannies wrote into this process's environment (and only those)."""
+        import dask
+
+        spawned = set(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
+        prefix = "distributed.nanny.pre-spawn-environ."
+        spawned.update(k[len(prefix):] for _, layer in self._layers for k in layer.dask if k.startswith(prefix))
+        for key in (*spawned, *_NANNY_ENV):
+            if key in self._environ:
+                os.environ[key] = self._environ[key]
+            else:
+                os.environ.pop(key, None)
+        self._environ = {}
 
     def _apply(self) -> None:
         top = self._layers[-1][1] if self._layers else None
