@@ -231,7 +231,8 @@ def test_benchmark_html_renders_in_headless_chromium(quick_run, tmp_path):
     from .browser import plotted_colors, screenshot
 
     _, out = quick_run
-    colors = plotted_colors(screenshot(out / "report.html", tmp_path / "b.png", size="1200,1300"))
+    # the tables and verdicts come first; the plots follow them (tests/test_html_reports.py checks both)
+    colors = plotted_colors(screenshot(out / "report.html", tmp_path / "b.png", size="1200,3600"))
     assert len(colors) >= 3, colors
 
 

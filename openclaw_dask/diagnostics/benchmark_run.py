@@ -158,6 +158,18 @@ def _run_kernel(session: SessionLike, name: str, size: int, repeat: int) -> dict
     }
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux ``/proc/cpuinfo``, else what :mod:`platform` says, else the machine type)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def _environment(bandwidth: dict[str, float]) -> dict[str, Any]:
     """The report's ``machine`` and ``versions``: what a reader needs to compare two reports."""
     import dask
@@ -168,6 +180,7 @@ def _environment(bandwidth: dict[str, float]) -> dict[str, Any]:
 
     return {
         "machine": {
+            "cpu": cpu_model(),
             "cpu_count": os.cpu_count(),
             "memory_bytes": int(psutil.virtual_memory().total),
             "platform": platform.platform(),
