@@ -143,7 +143,7 @@ def test_defaults_without_file():
     assert c.parallel.backend == "thread" and c.parallel.workers == "auto" and c.parallel.enabled is True
     assert c.parallel.task_chunk_size == ChunkSize("auto")
     assert c.parallel.timeout == 30.0
-    assert c.cluster.host == "127.0.0.1" and c.cluster.dashboard is False
+    assert c.cluster.host == "127.0.0.1" and c.cluster.dashboard == "auto"  # on in Jupyter only (tests/test_jupyter.py)
     assert all(src == "default" for src in c.sources.values())
 
 

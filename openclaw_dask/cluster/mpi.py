@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.base import Backend, Capabilities
 from openclaw_dask.cluster.client import DistributedCluster
-from openclaw_dask.cluster.network import bind_host, http_address, interface_of, protocol
+from openclaw_dask.cluster.network import bind_host, dashboard_on, http_address, interface_of, protocol
 from openclaw_dask.cluster.plugins import BlasThreads, blas_env, blas_threads, task_threads, worker_processes
 from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.cluster.scratch import max_spill, named_folder
@@ -174,7 +174,7 @@ def _launch(backend: MpiBackend, config: Config) -> RunningCluster:
             "protocol": protocol(config, backend),
             "nthreads": threads,
             "memory_limit": config.cluster.memory_limit,
-            "dashboard": config.cluster.dashboard is not False,
+            "dashboard": dashboard_on(config, backend),
             "dashboard_address": http_address(config, host),
             "local_directory": str(spill),
         },
@@ -323,7 +323,7 @@ def _join(backend: MpiBackend, config: Config, rank: int, size: int) -> RunningC
         interface=iface,
         nthreads=nthreads,
         memory_limit=config.cluster.memory_limit,
-        dashboard=config.cluster.dashboard is not False,
+        dashboard=dashboard_on(config, backend),
         dashboard_address=http_address(config, host),
         protocol=protocol(config, backend),
         exit=False,

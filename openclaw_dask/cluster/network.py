@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import socket
+import sys
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.config.checks import check_bind, is_loopback
@@ -14,8 +15,8 @@ if TYPE_CHECKING:
     from openclaw_dask.cluster.base import Backend
     from openclaw_dask.config import Config
 
-__all__ = ["bind_host", "dashboard_address", "http_address", "http_host", "interface_of", "interfaces", "protocol",
-           "require_http_port"]
+__all__ = ["bind_host", "dashboard_address", "dashboard_on", "http_address", "http_host", "in_jupyter", "interface_of",
+           "interfaces", "protocol", "require_http_port"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -85,15 +86,39 @@ def protocol(config: Config, backend: Backend) -> str:
     return "tcp" if comm == "gloo" else comm
 
 
+def in_jupyter() -> bool:
+    """True in a Jupyter kernel (ipykernel's shell has a ``kernel``); False in scripts, the CLI, plain IPython."""
+    ipython = sys.modules.get("IPython")  # never imported here: a process without it is no kernel
+    shell = ipython.get_ipython() if ipython is not None else None
+    return getattr(shell, "kernel", None) is not None
+
+
 def dashboard_address(config: Config, host: str) -> str | None:
-    """``HOST:PORT`` for the dashboard, or ``None`` when it is off."""
+    """``HOST:PORT`` for the dashboard, or ``None`` when it is off.
+
+    ``auto`` is on only in a Jupyter kernel and on a loopback ``host``: a dashboard that others
+    could reach is never turned on unasked.
+    """
     dash = config.cluster.dashboard
+    if dash == "auto":
+        dash = in_jupyter() and is_loopback(host)
     if dash is False:
         return None
     if dash is True:
         return f"{host}:{config.monitoring.port}"
     address, _, port = dash.rpartition(":")
     return f"{address or host}:{port}"
+
+
+def dashboard_on(config: Config, backend: Backend) -> bool:
+    """Whether the scheduler ``backend`` starts for ``config`` serves the dashboard, ``auto`` resolved.
+
+    ``auto`` turns it on only where the scheduler runs in this process (a local cluster), in a
+    Jupyter kernel, on loopback; never for a cluster elsewhere (remote, pods, MPI ranks).
+    """
+    if config.cluster.dashboard == "auto" and not backend.capabilities.prometheus:  # prometheus: the scheduler is here
+        return False
+    return dashboard_address(config, http_host(config, bind_host(config))) is not None
 
 
 def http_address(config: Config, host: str) -> str:
@@ -109,7 +134,8 @@ def _claimed_port(config: Config, address: str) -> tuple[str, str, int] | None:
     host, _, port = address.rpartition(":")
     if not port.isdigit() or int(port) == 0:
         return None
-    key = "cluster.dashboard" if isinstance(config.cluster.dashboard, str) else "monitoring.port"
+    key = "cluster.dashboard" if isinstance(config.cluster.dashboard, str) and config.cluster.dashboard != "auto" \
+        else "monitoring.port"
     return key, host.strip("[]") or "0.0.0.0", int(port)
 
 

@@ -21,7 +21,7 @@ __all__ = ["RemoteBackend"]
 logger = logging.getLogger("openclaw_dask.cluster")
 
 # Keys whose value is set where the user started the scheduler and workers, at their defaults.
-_THEIRS = (("cluster.memory_limit", "auto"), ("cluster.host", "127.0.0.1"), ("cluster.dashboard", False),
+_THEIRS = (("cluster.memory_limit", "auto"), ("cluster.host", "127.0.0.1"), ("cluster.dashboard", "auto"),
            ("parallel.network_interface", None), ("fault_tolerance.allowed_failures", 3), ("cluster.preload", ()),
            ("cluster.max_spill", "auto"), ("cluster.local_directory", "auto"))  # openclaw worker passes these two on
 

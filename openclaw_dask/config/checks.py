@@ -104,7 +104,7 @@ def _check_elastic(config: Config) -> None:
         for key, default in (("elastic.min_workers", 1), ("elastic.max_workers", "auto"), ("elastic.interval", 1.0)):
             if config.get(key) != default:
                 raise ConfigError.at(config, key, "used only with elastic.adaptive: true", hint="set that too, or remove this key")
-    if m.port and isinstance(c.dashboard, str):
+    if m.port and isinstance(c.dashboard, str) and c.dashboard != "auto":
         raise ConfigError.at(config, "monitoring.port", f"cluster.dashboard = {c.dashboard} already sets the HTTP server's address",
                              hint="set only one")
 
@@ -114,7 +114,7 @@ def _check_binds(config: Config) -> None:
     if ":" in c.host:
         raise ConfigError.at(config, "cluster.host", "IPv6 binds are not supported in this build", hint="use 127.0.0.1")
     check_bind(config, "cluster.host", c.host)
-    dash_host = c.dashboard.rpartition(":")[0] if isinstance(c.dashboard, str) else ""
+    dash_host = c.dashboard.rpartition(":")[0] if isinstance(c.dashboard, str) and c.dashboard != "auto" else ""
     if dash_host and not is_loopback(dash_host) and not c.allow_insecure_bind:
         # TLS does not cover HTTP: a dashboard off loopback needs the explicit flag even with TLS.
         raise ConfigError.at(config, "cluster.dashboard", "a dashboard on a non-loopback address is reachable by others",

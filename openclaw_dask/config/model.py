@@ -132,8 +132,9 @@ class ClusterConfig:
     allow_insecure_bind: bool = setting(v.boolean, False, """
         allow binding a non-loopback address without TLS (anyone who reaches it can run code); with TLS set up
         below, a non-loopback host or interface is allowed without this, and the HTTP servers stay on 127.0.0.1""")
-    dashboard: str | bool = setting(v.dashboard, False, """
-        false = no dashboard | true = 127.0.0.1 on a free port | a port (8787) or HOST:PORT""")
+    dashboard: str | bool = setting(v.dashboard, "auto", """
+        auto = on in a Jupyter kernel when the session runs a distributed cluster (loopback, a free port), off in
+        scripts, the CLI and CI | false = no dashboard | true = 127.0.0.1 on a free port | a port (8787) or HOST:PORT""")
     memory_limit: int | Literal["auto"] = setting(v.size(64 * v.MiB, v.PiB, auto=True), "auto", """
         memory limit per worker process: auto (system memory / workers) or a size""")
     preload: tuple[str, ...] = setting(v.text_list, [], """

@@ -297,14 +297,14 @@ devices.range = f"indices 0 to {_MAX_GPUS - 1}"  # type: ignore[attr-defined]
 
 
 def dashboard(v: Any) -> str | bool:
-    if isinstance(v, bool):
+    if isinstance(v, bool) or v == "auto":
         return v
     if isinstance(v, int):
         v = str(v)
     if isinstance(v, str) and re.fullmatch(r"(\[?[0-9A-Za-z.:-]*\]?:)?[0-9]{1,5}", v.strip()) \
             and int(v.strip().rpartition(":")[2]) <= 65535:
         return v.strip()
-    raise Invalid("false, true (127.0.0.1 on a free port), a port such as 8787, or HOST:PORT")
+    raise Invalid("auto, false, true (127.0.0.1 on a free port), a port such as 8787, or HOST:PORT")
 
 
 _NAME = re.compile(r"[a-z][a-z0-9_-]*")

@@ -21,7 +21,7 @@ This module checks a benchmark's inputs (:func:`prepare`) and writes its reports
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ __all__ = [
     "Configuration",
     "Plan",
     "Row",
+    "benchmark",
     "check_gate",
     "check_report",
     "compare",
@@ -126,3 +127,50 @@ def write_reports(report: dict[str, Any], out: str | Path, *, force: bool = Fals
     texts = render(report)  # all made before any is written
     out.mkdir(parents=True, exist_ok=True)
     return {kind: write_file(out / REPORT_FILES[kind], text, force=force) for kind, text in texts.items()}
+
+
+def benchmark(sweeps: Iterable[str] = (), configs: Iterable[str] = (), overrides: Mapping[str, Any] | None = None, *,
+              suite: str = "quick", repeat: int = 5, out: str | Path | None = None, baseline: str | None = None,
+              progress: Callable[[str], None] | None = None, force: bool = False) -> BenchmarkReport:
+    """``openclaw benchmark`` from Python (``openclaw_dask.benchmark``): check, run, compare, write.
+
+    Parameters
+    ----------
+    sweeps
+        ``KEY=V1,V2`` sweeps (``--sweep``), e.g. ``["parallel.task_chunk_size=1MiB,8MiB"]``.
+    configs
+        Config files to compare (``--configs``).
+    overrides
+        Keys set on every configuration (``--set``), e.g. ``{"parallel.workers": 2}``.
+    suite, repeat
+        As ``--suite`` (smoke, quick, standard) and ``--repeat``.
+    out
+        A folder for ``report.json``, ``report.md`` and ``report.html`` (``--out``); ``None``: none written.
+    baseline
+        A previous ``report.json`` to compare with (``--compare``).
+    progress
+        Called with a line of text as each configuration and kernel starts (e.g. ``print``).
+    force
+        Replace the report files of an earlier run in ``out``.
+
+    Returns
+    -------
+    BenchmarkReport
+        The ``report.json`` object; a notebook cell ending with it shows its plots.
+
+    Raises
+    ------
+    ConfigError, ReportError
+        As ``openclaw benchmark``, before the first timed run.
+    """
+    if out is None:
+        base = dict(overrides or {})
+        plan = Plan(configurations(list(configs), sweeps, base), base, Path(), load_report(baseline, suite=suite) if baseline else None)
+    else:
+        plan = prepare(configs, sweeps, overrides, baseline=baseline, out_dir=out, suite=suite, force=force)
+    report = run_benchmark(plan.configs, suite=suite, repeat=repeat, progress=progress, base_overrides=plan.base_overrides)
+    if plan.baseline is not None:
+        compare(report, plan.baseline)
+    if out is not None:
+        write_reports(report, plan.out_dir, force=force)
+    return report

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("openclaw_dask.diagnostics")
 
-__all__ = ["ChunkLayout", "RunRecord", "TaskRecord", "WorkerRecord", "collect", "layouts_of"]
+__all__ = ["ChunkLayout", "RunRecord", "TaskRecord", "WorkerRecord", "collect", "collect_dask", "layouts_of"]
 
 
 @dataclass(frozen=True)
@@ -291,6 +291,31 @@ def collect(session: SessionLike) -> Iterator[RunRecord]:
 
     with watch_aside(lambda label, start, stop: record.aside.append((label, start, stop))), \
             running_of(session).record(_Recorder(record)):
+        yield record
+
+
+@contextmanager
+def collect_dask() -> Iterator[RunRecord]:
+    """Record plain dask computes in the block, with no openclaw session open.
+
+    On the cluster of ``distributed``'s default client where there is one (a ``Client`` the
+    user made), else on dask's local schedulers in this process.
+    """
+    from dask.system import CPU_COUNT
+    from distributed import default_client
+
+    from openclaw_dask.cluster.local import THREADS_TASK_OVERHEAD_S
+
+    try:
+        client = default_client()
+    except ValueError:  # no client: dask's own schedulers
+        client = None
+    record = RunRecord(backend="dask" if client is None else "distributed", start=time.time(),
+                       task_overhead_s=THREADS_TASK_OVERHEAD_S if client is None else RunRecord.task_overhead_s,
+                       in_process=client is None,
+                       engine="dask's own scheduler" if client is None else f"distributed client {client.id}")
+    recorder = _Recorder(record)
+    with recorder.local(CPU_COUNT) if client is None else recorder.distributed(client):
         yield record
 
 

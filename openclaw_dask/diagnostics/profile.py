@@ -30,6 +30,12 @@ class ProfileResult:
 
         return notebook_html(profile_layout(self.report, self.record), "openclaw profile")
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str] | None:
+        from openclaw_dask.diagnostics.html import profile_layout
+        from openclaw_dask.diagnostics.notebook import notebook_bundle  # in a kernel: BokehJS once, not per plot
+
+        return notebook_bundle(lambda: profile_layout(self.report, self.record), include, exclude)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "workload": None if self.workload is None else self.workload.to_dict(),
