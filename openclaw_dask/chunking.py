@@ -122,7 +122,11 @@ def _auto_target(total: int, itemsize: int, slots: int, overhead_s: float, worke
         n = down if at_floor else math.ceil(n / slots) * slots
         steps.append(f"{'raised' if at_floor else 'lowered'} to {format_bytes(math.ceil(total / itemsize / n) * itemsize)} "
                      f"({n} chunks, a multiple of {slots} slots)")
-    return math.ceil(total / itemsize / n) * itemsize, ", ".join(steps)  # whole elements, so exactly n chunks
+    final = math.ceil(total / itemsize / n) * itemsize  # whole elements, so exactly n chunks
+    if not steps[-1].endswith(f"a multiple of {slots} slots)") and format_bytes(final) != format_bytes(int(target)):
+        # the size a whole number of chunks gives, so the note ends on the size the table shows
+        steps.append(f"{'raised' if final > target else 'lowered'} to {format_bytes(final)} ({n} equal chunks)")
+    return final, ", ".join(steps)
 
 
 def _balanced(n: int, size: int) -> tuple[int, ...]:

@@ -4,6 +4,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from openclaw_dask.chunking import DEFAULT_TASK_OVERHEAD_S, MAX_AUTO_CHUNK, min_auto_chunk, plan_chunks
 from openclaw_dask.cluster.local import THREADS_TASK_OVERHEAD_S, ProcessBackend, ThreadBackend
@@ -139,3 +141,13 @@ def test_auto_handles_empty_arrays_and_keeps_the_cap_when_rounding_down():
     plan = plan_chunks((1792 * MiB // 8,), "f8", task_chunk_size=ChunkSize("auto"), slots=4, task_overhead_s=0.01,
                        worker_memory=1200 * MiB, threads_per_worker=1)
     assert plan.n_chunks == 8 and plan.chunk_bytes <= 300 * MiB
+
+
+@given(total=st.integers(1, 2**40), slots=st.integers(1, 64), overhead=st.sampled_from([0.0002, 0.0008, 0.0027]))
+def test_the_auto_note_ends_on_the_size_the_chunks_have(total, slots, overhead):
+    """The run summary printed "raised to 205.00 MiB" beside "4 x 256 MiB": the note must reach the size it explains."""
+    from dask.utils import format_bytes
+
+    plan = plan_chunks((total,), "u1", task_chunk_size=AUTO, slots=slots, task_overhead_s=overhead)
+    assert plan.reason.split(" to ")[-1].startswith(format_bytes(plan.target_bytes)) or \
+        plan.reason.endswith(f"= {format_bytes(plan.target_bytes)}"), plan.reason
