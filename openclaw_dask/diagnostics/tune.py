@@ -8,10 +8,11 @@ candidate of their own. The strategy is successive halving: every candidate runs
 third runs again with 3 samples, then 5, ranked by median. Trials stop when what is left of the
 budget is what confirming needs.
 
-The ranking only picks a challenger: the same runs that chose it flatter it. So the leader and
-the current config get :data:`CONFIRM_RUNS` fresh runs each (the current config's around the
-leader's, so a drift in the machine's load falls on both), and the leader is recommended only when
-those runs are faster by the rule of :func:`~openclaw_dask.diagnostics.stats.compare_runs`
+The ranking only picks a challenger: the same runs that chose it flatter it. So the leader gets
+:data:`CONFIRM_RUNS` fresh runs, then the current config at least :data:`FRESH_BASELINE` more (its
+search runs count too: nothing selected them, and so its runs fall before and after the leader's,
+in case the machine's load drifts), and the leader is recommended only when its runs are faster by
+the rule of :func:`~openclaw_dask.diagnostics.stats.compare_runs`
 (two-sided Mann-Whitney U, p < 0.05, medians at least 5% apart). Otherwise the current config is
 as good as any tried, and the result says why, or that the budget left too few runs to decide.
 """
@@ -36,8 +37,9 @@ FINAL_SAMPLES = 5
 MIN_SAMPLES = 3  # the fewest samples a ranking may rest on
 RUNGS = (1, MIN_SAMPLES, FINAL_SAMPLES)  # samples a candidate has after each rung
 KEEP = 3  # each rung keeps the best 1/KEEP (at least two)
-CONFIRM_RUNS = runs_to_decide(ALPHA)  # fresh runs a side: enough for p < 0.05 despite one out-of-order run (5)
+CONFIRM_RUNS = runs_to_decide(ALPHA)  # the leader's fresh runs: p < 0.05 reachable despite one out-of-order run (5)
 FEWEST_RUNS = runs_to_decide(ALPHA, overlaps=0)  # below this a side the test can never say yes (4)
+FRESH_BASELINE = 2  # the current config's runs after the leader's, however many the search gave it
 CHUNKS = ("auto", "16MiB", "128MiB")
 
 
@@ -47,6 +49,10 @@ def _label(overrides: dict[str, Any]) -> str:
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f} ms"
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
 
 
 @dataclass(eq=False)  # trials are told apart by identity (one per configuration tried)
@@ -72,12 +78,12 @@ class Trial:
     def median_s(self) -> float:
         return statistics.median(self.times) if self.times else math.inf
 
-    def cost_s(self, runs: int, sessions: int = 1) -> float:
-        """Seconds that ``runs`` more samples in ``sessions`` sessions should take, from what it has cost so far."""
+    def cost_s(self, runs: int) -> float:
+        """Seconds that a session of ``runs`` more samples should take, from what it has cost so far."""
         if not self.calls:
             return 0.0
         start = max(0.0, self.wall_s - sum(self.times) - sum(self.confirm)) / self.calls  # a session's start and end
-        return sessions * start + runs * self.median_s
+        return start + runs * self.median_s
 
     def to_dict(self) -> dict[str, Any]:
         return {"overrides": self.overrides, "label": self.label, "times_s": self.times,
@@ -122,20 +128,21 @@ class TuneResult:
         if not w.times:
             return f"no configuration ran: {w.error or 'the budget ran out'}"
         if not b.times:
-            return f"{w.label}: median {_ms(w.median_s)} over {len(w.times)} runs; the current config did not run ({b.error})"
+            return f"{w.label}: median {_ms(w.median_s)} over {_runs(len(w.times))}; the current config did not run ({b.error})"
         tried = sum(1 for t in self.trials if t.times)
         if self.leader is None or self.leader is b or c is None:
-            return (f"the current config is as good as any tried: its median, {_ms(b.median_s)} over {len(b.times)} runs, "
-                    f"was the best of the {tried} configurations measured")
+            return (f"the current config is as good as any tried: its median, {_ms(b.median_s)} over {_runs(len(b.times))}, "
+                    f"was the best of the {tried} of {len(self.trials)} configurations measured")
         lead = self.leader
-        medians = f"median {_ms(statistics.median(lead.confirm))} vs {_ms(statistics.median(b.confirm))}" \
-            if lead.confirm and b.confirm else f"median {_ms(lead.median_s)} vs {_ms(b.median_s)} in the search"
+        medians = (f"median {_ms(statistics.median(lead.confirm))} on {_runs(len(lead.confirm))} afresh vs "
+                   f"{_ms(statistics.median(b.times + b.confirm))}") if lead.confirm else \
+            f"median {_ms(lead.median_s)} vs {_ms(b.median_s)} in the search"
         if w is lead:
-            return f"{lead.label} is {1 / c.ratio:.2f}x faster than the current config on fresh runs ({medians}; {c.evidence()})"
+            return f"{lead.label} is {1 / c.ratio:.2f}x faster than the current config ({medians}; {c.evidence()})"
         if c.verdict == "undecided":
             return (f"the current config is kept: the budget left too few fresh runs to test the best of "
                     f"the {tried} tried, {lead.label} ({medians}): {c.evidence()}; raise --budget")
-        return (f"the current config is as good as any tried: on fresh runs the best of the {tried}, {lead.label}, "
+        return (f"the current config is as good as any tried: the best of the {tried}, {lead.label}, "
                 f"took {c.ratio:.2f}x its time ({medians}; {c.evidence()}); a change is advised only at "
                 f"p < {ALPHA:g} and at least {MIN_CHANGE:.0%} faster")
 
@@ -215,7 +222,7 @@ def tune(config: Any, target: str = "array-sum", *, script_args: tuple[str, ...]
         A built-in workload (its measured step: the timed sums or runs) or a script (one run).
     budget_s
         The search stops when what is left is what confirming the leader should cost
-        (:data:`CONFIRM_RUNS` fresh runs of it and of the current config); confirming runs as many
+        (:data:`CONFIRM_RUNS` fresh runs of it, and of the current config); confirming runs as many
         as the rest allows, and none below :data:`FEWEST_RUNS`, with which no test can decide.
     space
         Override dicts to search instead of :func:`candidates` and the profiler's fixes (tests, benchmarks).
@@ -258,11 +265,10 @@ def _search(everyone: list[Trial], baseline: Trial, run: Callable[..., None], le
     alive = list(everyone)
     for rung, samples in enumerate(RUNGS):
         for i, trial in enumerate(alive):
-            priced = [t for t in alive if t.calls and t is not baseline]
-            reserve = baseline.cost_s(CONFIRM_RUNS, 2) + max((t.cost_s(CONFIRM_RUNS) for t in priced), default=0.0)
-            if left() <= reserve:
+            more = samples - len(trial.times)
+            if left() <= _reserve(everyone, baseline) + _next_cost(everyone, trial, more):
                 break
-            run(trial, samples - len(trial.times), f"rung {rung + 1}/{len(RUNGS)}, trial {i + 1}/{len(alive)}")
+            run(trial, more, f"rung {rung + 1}/{len(RUNGS)}, trial {i + 1}/{len(alive)}")
         ranked = sorted((t for t in alive if t.times), key=lambda t: t.median_s)
         alive = list(dict.fromkeys([*ranked[: max(2, math.ceil(len(ranked) / KEEP))], baseline]))
     measured = [t for t in everyone if t.times]
@@ -270,20 +276,42 @@ def _search(everyone: list[Trial], baseline: Trial, run: Callable[..., None], le
     return sorted(measured, key=lambda t: (len(t.times) < enough, t.median_s))
 
 
+def _reserve(everyone: list[Trial], baseline: Trial) -> float:
+    """What confirming should cost: a session of the likeliest leader's runs and one of the current config's."""
+    lead = min((t for t in everyone if t.times and t is not baseline), key=lambda t: t.median_s, default=None)
+    return baseline.cost_s(_base_runs(baseline, CONFIRM_RUNS)) + (lead.cost_s(CONFIRM_RUNS) if lead else 0.0)
+
+
+def _next_cost(everyone: list[Trial], trial: Trial, runs: int) -> float:
+    """What ``runs`` more of ``trial`` should cost; for one not yet run, what the dearest session so far cost."""
+    if runs <= 0 or trial.error:
+        return 0.0
+    if trial.calls:
+        return trial.cost_s(runs)
+    return max((t.wall_s / t.calls for t in everyone if t.calls), default=0.0)
+
+
+def _base_runs(baseline: Trial, runs: int) -> int:
+    """Fresh runs of the current config after the leader's: its search runs count too (no selection chose them)."""
+    return max(FRESH_BASELINE, runs - len(baseline.times))
+
+
 def _confirm(leader: Trial, baseline: Trial, run: Callable[..., None], left: Callable[[], float]) -> Comparison:
-    """Fresh runs of ``leader`` between two blocks of the current config's, as many as the budget allows; the test."""
+    """Fresh runs of ``leader``, then of the current config, as many as the budget allows; the test.
+
+    The current config's sample is its search runs (before) and its fresh ones (after the leader's),
+    so a drift in the machine's load does not fall on the leader's side alone.
+    """
     runs = CONFIRM_RUNS
-    while runs >= FEWEST_RUNS and baseline.cost_s(runs, 2) + leader.cost_s(runs) > left():
+    while runs >= FEWEST_RUNS and leader.cost_s(runs) + baseline.cost_s(_base_runs(baseline, runs)) > left():
         runs -= 1
     if runs < FEWEST_RUNS:  # the test could not say yes: spend nothing on it
-        return Comparison(leader.median_s / baseline.median_s, None, (0, 0), "undecided")
-    first = (runs + 1) // 2
-    run(baseline, first, "confirming", into=baseline.confirm)
+        return Comparison(leader.median_s / baseline.median_s, None, (0, len(baseline.times)), "undecided")
     run(leader, runs, "confirming", into=leader.confirm)
-    run(baseline, runs - first, "confirming", into=baseline.confirm)
-    if not leader.confirm or not baseline.confirm:
-        return Comparison(leader.median_s / baseline.median_s, None, (len(leader.confirm), len(baseline.confirm)), "undecided")
-    return compare_runs(leader.confirm, baseline.confirm)
+    run(baseline, _base_runs(baseline, runs), "confirming", into=baseline.confirm)
+    if not leader.confirm:
+        return Comparison(leader.median_s / baseline.median_s, None, (0, len(baseline.times)), "undecided")
+    return compare_runs(leader.confirm, baseline.times + baseline.confirm)
 
 
 def profiled_fixes(config: Any, target: str, script_args: tuple[str, ...] = (),
