@@ -48,12 +48,15 @@ def config() -> None:
 def config_show(config_path: str | None, sets: tuple[str, ...], as_json: bool) -> None:
     """Print the effective value of every key and where it came from."""
     from openclaw_dask.cluster.registry import declared_for
+    from openclaw_dask.cluster.resolved import resolved_autos
 
     cfg = load(config_path, sets)
     rows = config_rows(cfg)
     computed = declared_for(cfg).describe(cfg)  # e.g. the cuda backend's byte limits per GPU
+    autos = resolved_autos(cfg)  # what each auto comes to on this machine
     if as_json:
-        out: dict[str, Any] = {k: {"value": v, "source": src} for k, v, src in rows}
+        out: dict[str, Any] = {k: {"value": v, "source": src, **({"resolved": autos[k]} if k in autos else {})}
+                               for k, v, src in rows}
         click.echo(json.dumps({**out, "computed": computed} if computed else out, indent=2))
         return
     from rich.console import Console
@@ -67,7 +70,8 @@ def config_show(config_path: str | None, sets: tuple[str, ...], as_json: bool) -
         table.add_column(col)
     for k, v, src in rows:  # as the YAML would say it: true, null, 1GiB, 10m
         key = key_by_name(k)
-        table.add_row(k, as_written(v, key.unit if key is not None else None), src, style=None if src == "default" else "bold")
+        value = as_written(v, key.unit if key is not None else None)
+        table.add_row(k, f"{value} (= {autos[k]})" if k in autos else value, src, style=None if src == "default" else "bold")
     console = Console()
     console.print(table)
     for line in computed:
