@@ -4,7 +4,7 @@ Bokeh draws into shadow DOM and canvases, so a probe script is added to a copy o
 once Bokeh has rendered, it reads the views (legend entries, axes, ranges, the tables in the
 text blocks) with their boxes on the page and leaves them as JSON in the DOM, which
 ``chromium --dump-dom`` prints. Screenshots are saved beside; with
-``OPENCLAW_UPDATE_DOCS_IMG=1`` they also replace the small PNGs the docs show.
+``UPDATE_DOCS_IMG=1`` they also replace the small PNGs the docs show.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ PROBE = """
     const ty = v.model.title, xr = v.model.x_range, yr = v.model.y_range;
     return {title: ty ? ty.text : "", box: box(v.el), y: [ys.source_range.start, ys.source_range.end],
             frame: [f.bbox.top, f.bbox.bottom], axes: axes,
-            factors: xr.factors || [], yfactors: yr.factors || []};
+            factors: xr.factors || [], yfactors: yr.factors || [],
+            busy: Array.from([...v.model.renderers].map((r) => r.data_source && r.data_source.data.busy).find((b) => b) || [])};
   }
   function legend(v) {
     return {plot: box(v.parent.el), entries: v.entries.map((e) => ({label: String(e.label), box: box(e.label_el)}))};
@@ -109,27 +110,36 @@ def inside(box: list[float], outer: list[float], slack: float = 1.0) -> bool:
 
 
 def shot(page: Path, tmp: Path, docs_name: str) -> Path:
-    """A screenshot of ``page``; with OPENCLAW_UPDATE_DOCS_IMG=1 also a small copy as ``docs/img/docs_name``."""
+    """A screenshot of ``page``; with UPDATE_DOCS_IMG=1 also a small copy as ``docs/img/docs_name``."""
     png = screenshot(page, tmp / docs_name, size=f"{WINDOW[0]},{WINDOW[1]}")
-    if os.environ.get("OPENCLAW_UPDATE_DOCS_IMG") == "1":
+    if os.environ.get("UPDATE_DOCS_IMG") == "1":
         from PIL import Image, ImageOps
 
         image = Image.open(png).convert("RGB")
         bottom = (ImageOps.invert(image).getbbox() or (0, 0, *image.size))[3]  # no blank space under the last block
         image = image.crop((0, 0, image.size[0], min(image.size[1], bottom + 16)))
         image.thumbnail((900, 3000))
-        image.quantize(colors=64).save(DOCS_IMG / docs_name, optimize=True)
+        image.quantize(colors=256, method=Image.Quantize.FASTOCTREE).save(DOCS_IMG / docs_name, optimize=True)
     return png
 
 
 # -- the profile ---------------------------------------------------------------------------------------------------
 
 MANY_GROUPS = """
+import time
+
 import dask
 import dask.array as da
 
+
+def slow(block, block_info=None):
+    if block_info[0]["chunk-location"] == (3,):  # one slow chunk: one thread works while the other waits
+        time.sleep(0.4)
+    return block
+
+
 x = da.random.default_rng(0).random(400_000, chunks=50_000)
-y = da.sin(x) * 2 + da.cos(x) - da.sqrt(x + 1)
+y = da.map_blocks(slow, da.sin(x) * 2 + da.cos(x) - da.sqrt(x + 1), dtype=float)
 z = (y ** 2).cumsum(axis=0) / (da.exp(x) + 1)
 print(dask.compute(y.sum(), z.max(), x.std(), x.min()))
 """
@@ -137,7 +147,7 @@ print(dask.compute(y.sum(), z.max(), x.std(), x.min()))
 
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory):
-    """A script with more task groups than Category10 has colours, profiled on two threads: its JSON and HTML."""
+    """A script with more task groups than Category10 has colours and one straggler, profiled on two threads."""
     tmp = tmp_path_factory.mktemp("profile")
     (tmp / "many.py").write_text(textwrap.dedent(MANY_GROUPS))
     r = openclaw("profile", "many.py", "--set", "parallel.workers=2", "--json", "--html", "p.html", cwd=tmp)
@@ -158,6 +168,10 @@ def test_profile_html_shows_every_group_thread_lanes_and_labelled_axes(profiled)
     plots = {p["title"]: p for p in seen["plots"]}
     load = plots["Load per thread (seconds)"]  # one lane per thread, as the load-imbalance verdict compares them
     assert load["factors"] == ["local thread 0", "local thread 1"] == sorted(plots["Task stream (one row per worker thread)"]["yfactors"])
+    busy = load["busy"]
+    assert len(busy) == 2, busy
+    assert "stragglers" in {v["kind"] for v in report["verdicts"]}
+    assert max(busy) > 0.4 > 2 * min(busy)  # the thread that ran the slow chunk stands out
     hist = plots["Task durations (log scale)"]
     assert {a["label"] for a in hist["axes"]} == {"task duration (ms)", "tasks"}
     width = seen["viewport"][0]
@@ -201,7 +215,7 @@ def benchmarked(tmp_path_factory):
     """The smallest real sweep: the smoke suite on two chunk sizes, two timed runs a row."""
     tmp = tmp_path_factory.mktemp("bench")
     r = openclaw("benchmark", "--suite", "smoke", "--sweep", "parallel.task_chunk_size=1MiB,4MiB", "--repeat", "2",
-                 "--out", str(tmp / "out"), timeout=300)
+                 "--out", "out", cwd=tmp, timeout=300)
     assert r.returncode == 0, r.stderr
     return json.loads((tmp / "out" / "report.json").read_text()), tmp / "out" / "report.html", tmp
 

@@ -119,8 +119,7 @@ def _load_plot(report: Any, record: Any, lanes: _Lanes) -> Any:
                   width=490, tools="save", y_axis_label="seconds")
     load.vbar_stack(["busy", "idle"], x="lane", width=0.7, color=["#1f77b4", "#d3d3d3"], legend_label=["busy", "idle"],
                     source=ColumnDataSource({"lane": names, "busy": busy, "idle": idle}))
-    load.legend.orientation = "horizontal"
-    load.add_layout(load.legend[0], "above")  # over the plot, not over the bars
+    load.add_layout(load.legend[0], "right")  # beside the bars, not over them
     load.xaxis.major_label_orientation = 0.6 if len(names) > 4 else 0.0
     return load
 
