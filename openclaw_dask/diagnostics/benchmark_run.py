@@ -172,12 +172,16 @@ def cpu_model() -> str:
 
 def _environment(bandwidth: dict[str, float]) -> dict[str, Any]:
     """The report's ``machine`` and ``versions``: what a reader needs to compare two reports."""
+    from importlib.metadata import PackageNotFoundError, version
+
     import dask
     import distributed
     import psutil
 
-    import openclaw_dask
-
+    try:  # as openclaw_dask.__version__, without importing the package root, which imports this module
+        ours = version("openclaw-dask")
+    except PackageNotFoundError:
+        ours = "0+unknown"
     return {
         "machine": {
             "cpu": cpu_model(),
@@ -189,7 +193,7 @@ def _environment(bandwidth: dict[str, float]) -> dict[str, Any]:
             "bandwidth_gbps_all_cores": bandwidth["all_cores"],
         },
         "versions": {
-            "openclaw_dask": openclaw_dask.__version__,
+            "openclaw_dask": ours,
             "dask": dask.__version__,
             "distributed": distributed.__version__,
             "numpy": np.__version__,

@@ -308,14 +308,14 @@ def collect_dask() -> Iterator[RunRecord]:
 
     try:
         client = default_client()
-    except ValueError:  # no client: dask's own schedulers
-        client = None
-    record = RunRecord(backend="dask" if client is None else "distributed", start=time.time(),
-                       task_overhead_s=THREADS_TASK_OVERHEAD_S if client is None else RunRecord.task_overhead_s,
-                       in_process=client is None,
-                       engine="dask's own scheduler" if client is None else f"distributed client {client.id}")
-    recorder = _Recorder(record)
-    with recorder.local(CPU_COUNT) if client is None else recorder.distributed(client):
+    except ValueError:  # no client: dask's own schedulers in this process
+        record = RunRecord(backend="dask", start=time.time(), task_overhead_s=THREADS_TASK_OVERHEAD_S, in_process=True,
+                           engine="dask's own scheduler")
+        watch = _Recorder(record).local(CPU_COUNT)
+    else:
+        record = RunRecord(backend="distributed", start=time.time(), engine=f"distributed client {client.id}")
+        watch = _Recorder(record).distributed(client)
+    with watch:
         yield record
 
 
