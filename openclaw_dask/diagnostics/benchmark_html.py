@@ -12,13 +12,13 @@ from __future__ import annotations
 import html
 import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from openclaw_dask.diagnostics.benchmark_render import COLUMNS, STEAL_NOTE, row_cells, speedup_table, stolen
 from openclaw_dask.diagnostics.benchmark_report import Row, rows_of
 from openclaw_dask.diagnostics.html import TABLE_CSS, html_table
 
-__all__ = ["config_colors", "html_layout"]
+__all__ = ["Tables", "config_colors", "html_layout"]
 
 _PLOTS = (("ms", "Median time per run (ms, min-max whiskers)", "ms per run"), ("gbps", "Throughput (GB/s)", "GB/s"),
           ("speedup", "Speedup over the serial scheduler", "x serial"))
@@ -44,7 +44,22 @@ def config_colors(labels: list[str]) -> dict[str, str]:
     return out
 
 
-def html_layout(report: Mapping[str, Any]) -> Any:
+@dataclass(frozen=True)
+class Tables:
+    """What ``report.md`` prints, as :mod:`~openclaw_dask.diagnostics.benchmark_render` makes it.
+
+    ``cells``: each row's cells under ``columns``; ``steal_note``: the note on CPU steal, where a
+    row needs it; ``speedups``: the configurations (the first is the reference) and, per
+    workload, its name and the others' speedups, or None.
+    """
+
+    columns: tuple[str, ...]
+    cells: list[list[str]]
+    steal_note: str | None
+    speedups: tuple[list[str], list[list[str]]] | None
+
+
+def html_layout(report: Mapping[str, Any], tables: Tables) -> Any:
     """``report.html``'s Bokeh layout: the report's text and tables in one block, then the three plots."""
     from bokeh.layouts import column
     from bokeh.models.widgets import Div
@@ -52,7 +67,7 @@ def html_layout(report: Mapping[str, Any]) -> Any:
     rows = rows_of(report)
     plotted = [r for r in rows if not r.invalid]  # an invalid row's figures are not results
     source = _plot_source(plotted)
-    text = (TABLE_CSS + _heading(report) + _machine(report) + _config_diff(rows) + _results(rows)
+    text = (TABLE_CSS + _heading(report) + _machine(report) + _config_diff(rows) + _results(tables)
             + _verdicts(rows))
     return column(Div(text=text, width=1150), *(_plot(source, field, title, label) for field, title, label in _PLOTS))
 
@@ -108,14 +123,13 @@ def _setting(settings: Mapping[str, Any], key: str) -> str:
     return as_written(value, unit)
 
 
-def _results(rows: list[Row]) -> str:
+def _results(tables: Tables) -> str:
     """The results table (with its ``ok`` column), the steal note and the speedups over the first configuration."""
-    table = html_table("results", COLUMNS, [tuple(c or "-" for c in row_cells(r)) for r in rows])
+    table = html_table("results", tables.columns, [tuple(c or "-" for c in cells) for cells in tables.cells])
     table = table.replace("<td>NO</td>", "<td class=bad>NO</td>")
-    steal = f"<p>{html.escape(STEAL_NOTE)}</p>" if any(stolen(r) for r in rows) else ""
-    speedups = speedup_table(rows)
-    if speedups is not None:
-        labels, cells = speedups
+    steal = f"<p>{html.escape(tables.steal_note)}</p>" if tables.steal_note else ""
+    if tables.speedups is not None:
+        labels, cells = tables.speedups
         steal += (f"<h3>Speedup over {html.escape(labels[0])}</h3>"
                   + html_table("speedups", ("workload", *labels[1:]), [tuple(c) for c in cells]))
     return "<h3>Results</h3>" + table + steal

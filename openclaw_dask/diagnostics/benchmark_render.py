@@ -132,10 +132,13 @@ def _speedup_cell(r: Row, first: Row | None) -> str:
 
 
 def html_layout(report: Mapping[str, Any]) -> Any:
-    """``report.html``'s Bokeh layout (:func:`openclaw_dask.diagnostics.benchmark_html.html_layout`)."""
+    """``report.html``'s Bokeh layout (:func:`openclaw_dask.diagnostics.benchmark_html.html_layout`), with report.md's tables."""
+    from openclaw_dask.diagnostics.benchmark_html import Tables
     from openclaw_dask.diagnostics.benchmark_html import html_layout as layout
 
-    return layout(report)
+    rows = rows_of(report)
+    steal = STEAL_NOTE if any(stolen(r) for r in rows) else None
+    return layout(report, Tables(COLUMNS, [row_cells(r) for r in rows], steal, speedup_table(rows)))
 
 
 class BenchmarkReport(dict[str, Any]):
