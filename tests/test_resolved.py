@@ -9,7 +9,7 @@ from dask.utils import format_bytes
 
 import openclaw_dask
 from openclaw_dask.cluster import load_for_backend as load_config
-from openclaw_dask.cluster.resolved import resolved_autos
+from openclaw_dask.diagnostics.resolved import resolved_autos
 
 from .test_cli import invoke
 

@@ -48,7 +48,7 @@ def config() -> None:
 def config_show(config_path: str | None, sets: tuple[str, ...], as_json: bool) -> None:
     """Print the effective value of every key and where it came from."""
     from openclaw_dask.cluster.registry import declared_for
-    from openclaw_dask.cluster.resolved import resolved_autos
+    from openclaw_dask.diagnostics.resolved import resolved_autos
 
     cfg = load(config_path, sets)
     rows = config_rows(cfg)

@@ -1,8 +1,8 @@
 """What each ``auto`` of a config comes to on this machine, in words, for ``openclaw config show``.
 
 Pure reads of the config, the backend's declared class and this machine (cores, memory, free
-disk): nothing is started. A key is left out where its ``auto`` is decided elsewhere (by a
-remote scheduler, the pods, the MPI ranks) or per array.
+disk): nothing is started. A key is left out where its ``auto`` is decided elsewhere: by a
+remote scheduler, the pods, the MPI ranks, or the GPUs of the machine the cluster starts on.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def resolved_autos(config: Config) -> dict[str, str]:
     backend = declared_for(config)
     out: dict[str, str] = {}
     local = backend.capabilities.local_memory
-    if config.parallel.workers == "auto" and local:
+    if config.parallel.workers == "auto" and local and _count(config, backend):
         out["parallel.workers"] = _workers(config, backend)
     if config.parallel.engine == "auto":
         with contextlib.suppress(Exception):  # an engine that needs this machine's GPUs, say
@@ -37,7 +37,7 @@ def resolved_autos(config: Config) -> dict[str, str]:
         from openclaw_dask.cluster.network import protocol
 
         out["parallel.communication"] = protocol(config, backend)
-    if config.parallel.task_chunk_size.kind == "auto" and local:
+    if config.parallel.task_chunk_size.kind == "auto" and local and _count(config, backend):
         out["parallel.task_chunk_size"] = _chunks(config, backend)
     if config.cluster.dashboard == "auto":
         from openclaw_dask.cluster.network import dashboard_on
@@ -48,6 +48,16 @@ def resolved_autos(config: Config) -> dict[str, str]:
     if config.elastic.max_workers == "auto" and local:
         out["elastic.max_workers"] = f"{CPU_COUNT}: this machine's cores"
     return out
+
+
+def _count(config: Config, backend: Backend) -> int | None:
+    """How many workers a session would start here; None where that is decided where it starts (no GPU here)."""
+    from openclaw_dask.errors import ConfigError
+
+    try:
+        return backend.memory_workers(config)
+    except ConfigError:
+        return None
 
 
 def _workers(config: Config, backend: Backend) -> str:
@@ -93,7 +103,7 @@ def _memory_and_disk(config: Config, backend: Backend) -> dict[str, str]:
 
     out: dict[str, str] = {}
     c = config.cluster
-    if not backend.capabilities.local_memory:
+    if not backend.capabilities.local_memory or not _count(config, backend):
         return out
     if c.memory_limit == "auto" and backend.capabilities.worker_processes:
         n = backend.memory_workers(config)  # distributed's LocalCluster: the machine's memory over its workers
