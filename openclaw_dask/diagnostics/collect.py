@@ -306,6 +306,7 @@ def collect_dask() -> Iterator[RunRecord]:
 
     from openclaw_dask.cluster.local import THREADS_TASK_OVERHEAD_S
 
+    watch: contextlib.AbstractContextManager[Any]
     try:
         client = default_client()
     except ValueError:  # no client: dask's own schedulers in this process
