@@ -48,9 +48,15 @@ def profile(target: str, script_args: tuple[str, ...], config_path: str | None, 
             html_path: str | None, as_json: bool, fix_path: str | None, force: bool) -> None:
     """Run a workload or script and report per-worker load, skew, stragglers and fixes.
 
-    Plant problems to see the verdicts: --set workload.skew=10 (one chunk 10x bigger),
-    --set workload.straggler=2s (one slow chunk), --set parallel.task_chunk_size=64KiB.
-    Then --apply-fix fixed.yaml writes the config with the verdicts' fixes applied.
+    Plant a problem to see its verdict (data-skew, stragglers, overhead-bound), on any machine:
+
+    \b
+      openclaw profile --size 256MiB -s parallel.task_chunk_size=16MiB -s workload.skew=10
+      openclaw profile --size 256MiB -s parallel.task_chunk_size=16MiB -s workload.straggler=1s
+      openclaw profile --size 64MiB -s parallel.task_chunk_size=64KiB
+
+    Many chunks, so one 10x bigger or 1 s slower stands out and costs the run time. Then
+    --apply-fix fixed.yaml writes the config with the verdicts' fixes applied.
     """
     from openclaw_dask.diagnostics.fixes import fix_config, write_fixed
     from openclaw_dask.diagnostics.profile import profile_config
