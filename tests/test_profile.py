@@ -482,3 +482,15 @@ def test_a_task_on_an_oversized_chunk_of_the_array_is_skew_even_when_fusion_hide
     record.layouts.append(ChunkLayout("ones_like-1", ((4_000_000,) + (500_000,) * 15,), 8))
     report = analyze(record)
     assert _kind(report, "data-skew") and not _kind(report, "stragglers")
+
+
+def test_an_overhead_bound_run_whose_chunks_cannot_grow_says_why_in_its_own_figures():
+    """The smoke benchmark was told 'the chunks are as big as the threads allow' for chunks set to 1 MiB:
+    the sentence now gives the share each thread gets and the chunk size, both from the run."""
+    record = RunRecord(backend="thread", start=0.0, stop=1.0, task_overhead_s=0.002)
+    record.workers["local"] = WorkerRecord("local", 2, 0, 0, 0, 0, 0)
+    record.tasks += [TaskRecord(f"('x', {i})", "x", "local", i % 2, i * 1e-4, i * 1e-4 + 1e-4, 40 * 1024) for i in range(50)]
+    (over,) = _kind(analyze(record, chunk_hint=1024 * 1024), "overhead-bound")
+    assert over.overrides == {}
+    assert over.fix.startswith("each of the 2 thread(s) gets about 1000KiB of x, so chunks of at least twice 1MiB would "
+                               "leave a thread idle"), over.fix

@@ -514,7 +514,10 @@ def _overhead(record: RunRecord, by_group: dict[str, list[TaskRecord]], chunk_hi
     if chunk_hint is None and typical < 4096:  # tasks over small Python objects: chunk size is not the lever
         fix = f"batch tiny items into fewer, bigger tasks (about {math.ceil(factor)} items per task), e.g. map over lists of items"
     elif bigger is None:
-        fix = "the chunks are as big as the threads allow; batch tiny items into fewer, bigger tasks, or fuse steps"
+        share, slots = _thread_share(record, heavy)
+        fix = (f"each of the {slots} thread(s) gets about {_size_text(share)} of {heavy[0].group if heavy else 'the data'}, "
+               f"so chunks of at least twice {_size_text(chunk)} would leave a thread idle; batch tiny items into fewer, "
+               "bigger tasks, or fuse steps")
     else:
         overrides = {TASK_CHUNK_SIZE: _size_text(bigger)}
         fix = f"raise {TASK_CHUNK_SIZE} to {overrides[TASK_CHUNK_SIZE]} (or to auto); batch tiny items into fewer, bigger tasks"
@@ -538,10 +541,15 @@ def _bigger_chunk(record: RunRecord, heavy: list[TaskRecord], chunk: int, factor
     fixed cost), so it is raised to the auto rule's floor for this overhead
     (:func:`~openclaw_dask.chunking.min_auto_chunk`), then lowered so every thread keeps a chunk.
     """
-    slots = sum(w.nthreads for w in record.workers.values()) or 1
-    share = sum(t.nbytes for t in heavy) / slots
+    share, _ = _thread_share(record, heavy)
     target = min(max(chunk * factor, min_auto_chunk(record.task_overhead_s)), MAX_AUTO_CHUNK, share)
     return int(target) if target >= 2 * chunk else None
+
+
+def _thread_share(record: RunRecord, heavy: list[TaskRecord]) -> tuple[float, int]:
+    """Bytes of the heaviest group each task thread gets, and how many threads there are."""
+    slots = sum(w.nthreads for w in record.workers.values()) or 1
+    return sum(t.nbytes for t in heavy) / slots, slots
 
 
 def _memory_fix(w: WorkerStats, chunk_hint: int | None) -> tuple[str, dict[str, Any]]:
