@@ -9,7 +9,7 @@ library) that a notebook can call too. Nothing outside this package imports it.
 
 from __future__ import annotations
 
-from openclaw_dask.cli import benchmark, config, deploy, doctor, init, k8s, profile, run, tune  # noqa: F401  (each adds its command to main)
+from openclaw_dask.cli import benchmark, config, deploy, doctor, init, k8s, profile, run, slurm, tune  # noqa: F401  (each adds its command to main)
 from openclaw_dask.cli._app import main
 
 __all__ = ["main"]

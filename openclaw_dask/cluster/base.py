@@ -99,6 +99,8 @@ class Capabilities:
         Its workers own GPUs: ``memory_pooling``, ``gpu_memory_fraction`` and ``rdma`` apply.
     pods
         Its scheduler and workers are Kubernetes pods: the ``kubernetes`` section applies.
+    jobs
+        Its workers are batch jobs of a Slurm cluster: the ``slurm`` section applies.
     local_memory
         Its workers run on this machine and share its memory: their ``cluster.memory_limit``
         together (:meth:`Backend.memory_workers` of them) must fit in it. ``False`` where the
@@ -117,6 +119,7 @@ class Capabilities:
     threaded: bool = False
     gpu: bool = False
     pods: bool = False
+    jobs: bool = False
     local_memory: bool = False
 
 

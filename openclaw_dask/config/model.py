@@ -23,7 +23,7 @@ from openclaw_dask.config import values as v
 from openclaw_dask.config.values import ChunkSize
 
 __all__ = ["ClusterConfig", "Config", "ElasticConfig", "FaultToleranceConfig", "GpuConfig", "IoConfig", "KubernetesConfig",
-           "MonitoringConfig", "ParallelConfig", "SecurityConfig", "WorkloadConfig", "plain", "setting"]
+           "MonitoringConfig", "ParallelConfig", "SecurityConfig", "SlurmConfig", "WorkloadConfig", "plain", "setting"]
 
 
 def setting(coerce: Callable[[Any], Any], default: Any, doc: str, *, secret: bool = False) -> Any:
@@ -175,6 +175,30 @@ class KubernetesConfig:
 
 
 @dataclass(frozen=True)
+class SlurmConfig:
+    """The worker jobs of backend slurm (see :mod:`openclaw_dask.cluster.slurm`)."""
+
+    partition: str | None = setting(v.optional_text, None, """
+        backend slurm (pip install 'openclaw-dask[slurm]'): `openclaw slurm script` prints the job script these keys
+        describe. Partition the worker jobs go to (#SBATCH -p); null = the cluster's default partition""")
+    account: str | None = setting(v.optional_text, None, "account the jobs are charged to (#SBATCH -A); null = yours by default")
+    qos: str | None = setting(v.optional_text, None, "quality of service of the jobs (#SBATCH --qos); null = the default")
+    walltime: float = setting(v.duration(60, 365 * v.DAY), "30m", """
+        time limit of each worker job (#SBATCH -t); a job past it is a lost worker, replaced while the session runs""")
+    processes_per_job: int = setting(v.integer(1, 1024), 1, """
+        worker processes in each job: parallel.workers / this many jobs, each of processes x omp_threads cores""")
+    job_extra_directives: tuple[str, ...] = setting(v.text_list, [], """
+        more #SBATCH lines, e.g. ["--constraint=skylake", "--exclusive"]""")
+    job_script_prologue: tuple[str, ...] = setting(v.text_list, [], """
+        shell lines the job runs before the worker, e.g. ["module load python/3.11", "source ~/venv/bin/activate"]""")
+    job_python: str | None = setting(v.optional_text, None, """
+        the Python the job starts the worker with, on the compute nodes; null = this Python (a shared file system)""")
+    log_directory: str | None = setting(v.optional_text, None, """
+        folder for the jobs' output and error files (#SBATCH -o / -e), on a file system the nodes share;
+        null = Slurm's default (slurm-JOBID.out in the folder openclaw ran from)""")
+
+
+@dataclass(frozen=True)
 class WorkloadConfig:
     """Parameters of the built-in workloads."""
 
@@ -264,7 +288,7 @@ class Config:
 
     Attributes
     ----------
-    parallel, cluster, gpu, workload, io, elastic, kubernetes, fault_tolerance, monitoring, security
+    parallel, cluster, gpu, workload, io, elastic, kubernetes, slurm, fault_tolerance, monitoring, security
         The typed sections.
     dask
         Passed unchanged to :mod:`dask.config` while a session runs (read-only mapping).
@@ -282,6 +306,7 @@ class Config:
     io: IoConfig
     elastic: ElasticConfig
     kubernetes: KubernetesConfig
+    slurm: SlurmConfig
     fault_tolerance: FaultToleranceConfig
     monitoring: MonitoringConfig
     security: SecurityConfig

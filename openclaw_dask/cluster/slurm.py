@@ -1,0 +1,274 @@
+"""``slurm``: worker processes in batch jobs of a Slurm cluster, through dask-jobqueue's ``SLURMCluster``.
+
+The scheduler and the client run in this process (on the login node); each worker job runs
+``python -m distributed.cli.dask_worker`` on a compute node and connects back. :meth:`SlurmBackend.plan`
+maps the configuration onto ``SLURMCluster``'s keywords (pure: ``openclaw slurm script`` prints the job
+script from it, with no Slurm needed):
+
+- ``parallel.workers`` -> worker processes, in ``workers / slurm.processes_per_job`` jobs;
+- ``omp_threads`` (and ``hybrid``) -> ``--cpus-per-task`` (processes x omp_threads), each worker's
+  ``--nthreads`` and ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``/``OPENBLAS_NUM_THREADS``, as on the
+  process backend;
+- ``cluster.memory_limit`` -> each worker's ``--memory-limit``; the job's ``--mem`` is that times its
+  processes (``auto``: :data:`AUTO_MEMORY_PER_CORE` per core);
+- ``parallel.network_interface`` -> ``--interface`` of the scheduler and workers; ``cluster.host`` -> the
+  scheduler's address; ``cluster.local_directory`` -> the workers' ``--local-directory`` on the node;
+- ``parallel.timeout`` -> ``--death-timeout`` and the comm timeouts (``DASK_*`` variables in the job);
+- TLS certificate files (on a file system the nodes share) -> the workers' ``--tls-*`` options;
+- ``slurm.*`` -> ``#SBATCH`` lines (``-p``, ``-A``, ``--qos``, ``-t``, ``-o``/``-e``), the prologue, the Python.
+
+Closing the session (normal exit, an error, Ctrl-C, SIGTERM: the session unwinds) cancels every job
+it submitted; :class:`SlurmCluster` runs ``scancel`` on any the cluster's own close left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from openclaw_dask.cluster.base import Backend, Capabilities
+from openclaw_dask.cluster.client import DistributedCluster
+from openclaw_dask.cluster.network import bind_host, dashboard_address, http_host, protocol
+from openclaw_dask.cluster.plugins import blas_env, task_threads
+from openclaw_dask.cluster.running import RunningCluster
+from openclaw_dask.cluster.security import security_for, tls_plan
+from openclaw_dask.config import changed_from_defaults
+from openclaw_dask.errors import ClusterStartError, ConfigError
+
+if TYPE_CHECKING:
+    from openclaw_dask.config import Config
+
+__all__ = ["AUTO_MEMORY_PER_CORE", "SlurmBackend", "SlurmCluster", "job_script"]
+
+logger = logging.getLogger("openclaw_dask.cluster")
+
+AUTO_MEMORY_PER_CORE = 2 * 2**30  # cluster.memory_limit auto: a worker gets 2 GiB per core (a common DefMemPerCPU)
+JOB_NAME = "openclaw-worker"
+PLACEHOLDER = "tcp://SCHEDULER-ADDRESS:PORT"  # what a printed script shows where a session puts its scheduler's address
+# Keys that describe this machine's worker processes and have no job counterpart: refused when set.
+_LOCAL_ONLY = ("cluster.max_spill", "cluster.preload")
+
+
+def _walltime(seconds: float) -> str:
+    """Slurm's ``[D-]HH:MM:SS``, rounded up to the second."""
+    s = int(-(-seconds // 1))
+    days, s = divmod(s, 86400)
+    text = f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{days}-{text}" if days else text
+
+
+def _jobs(config: Config) -> int:
+    """Worker jobs: ``parallel.workers / slurm.processes_per_job``, which must divide."""
+    workers, per_job = config.parallel.workers, config.slurm.processes_per_job
+    if workers == "auto":
+        raise ConfigError.at(config, "parallel.workers", "backend slurm needs a number of worker processes to submit jobs for",
+                             hint="e.g. --set parallel.workers=8")
+    if workers % per_job:
+        raise ConfigError.at(config, "parallel.workers", f"is not a multiple of slurm.processes_per_job ({per_job}): "
+                             "every job runs that many workers", hint=f"e.g. --set parallel.workers={per_job * max(1, workers // per_job)}")
+    return workers // per_job
+
+
+def _prologue(config: Config) -> list[str]:
+    """``export`` lines for the job: BLAS threads, the dask settings every process of a session takes, then the user's."""
+    from openclaw_dask.cluster.settings import dask_settings
+
+    settings = {"logging.distributed": config.parallel.log_level.lower()}
+    settings.update((k, v) for k, v in dask_settings(config, SlurmBackend()).items()
+                    if ".pre-spawn-environ." not in k and not k.startswith("distributed.comm.tls.")
+                    and k != "distributed.comm.require-encryption")  # TLS travels as the workers' --tls-* options
+    # dask reads a variable's value as a Python literal: lists in JSON's spelling stay readable in the script
+    env = {"DASK_" + key.upper().replace(".", "__").replace("-", "_"): json.dumps(list(value)) if isinstance(value, (list, tuple))
+           else str(value) for key, value in settings.items()}
+    env.update(blas_env(config))
+    return [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())] + list(config.slurm.job_script_prologue)
+
+
+def _directives(config: Config) -> list[str]:
+    """``#SBATCH`` lines beyond those ``SLURMJob`` writes itself."""
+    s = config.slurm
+    lines = [f"--qos={s.qos}"] if s.qos else []
+    if s.log_directory:  # written here, not by dask-jobqueue, which would make the folder even for a printed script
+        folder = config.resolve_path("slurm.log_directory")
+        lines += [f"-o {folder}/{JOB_NAME}-%j.out", f"-e {folder}/{JOB_NAME}-%j.err"]
+    return lines + list(s.job_extra_directives)
+
+
+def _memory(config: Config) -> int:
+    """Bytes per worker process: ``cluster.memory_limit``, or :data:`AUTO_MEMORY_PER_CORE` per core."""
+    limit = config.cluster.memory_limit
+    return AUTO_MEMORY_PER_CORE * config.parallel.omp_threads if limit == "auto" else limit
+
+
+class SlurmBackend(Backend):
+    """``slurm``: worker processes in Slurm batch jobs (dask-jobqueue); scheduler and client in this process."""
+
+    name = "slurm"
+    capabilities = Capabilities(worker_processes=True, tls=True, jobs=True)
+    why_not = MappingProxyType({
+        "resize": "resizing a Slurm session (submitting and cancelling jobs) is not built yet; set parallel.workers",
+        "adapt": "adaptive scaling of Slurm jobs is not built yet; set parallel.workers",
+        "prometheus": "openclaw's metrics are not tested on backend slurm yet; remove it",
+        "socket_buffers": "socket buffer sizes on the compute nodes are not set by openclaw",
+    })
+    requires = ("distributed", "dask_jobqueue")
+    extra = "slurm"
+
+    def check(self, config: Config) -> None:
+        super().check(config)
+        p = config.parallel
+        _jobs(config)
+        if p.communication not in ("auto", "tcp", "tls"):
+            raise ConfigError.at(config, "parallel.communication", "worker jobs connect with tcp:// (or tls://) addresses",
+                                 hint="use auto, tcp or tls")
+        if config.security.temporary_certificates:
+            raise ConfigError.at(config, "security.temporary_certificates", "certificates kept in this process's memory "
+                                 "cannot reach a batch job", hint="set security.ca_file, cert_file and key_file on a "
+                                 "file system the compute nodes share")
+        changed = changed_from_defaults(config, _LOCAL_ONLY)
+        if changed:
+            raise ConfigError.at(config, changed[0], "describes processes on this machine; a worker job's are set by "
+                                 "the slurm section", hint="remove it (slurm.job_script_prologue runs commands in the job)")
+
+    def plan(self, config: Config) -> dict[str, Any]:
+        """``SLURMCluster``'s keyword arguments for ``config`` (nothing is started, nothing is written)."""
+        p, c, s = config.parallel, config.cluster, config.slurm
+        per_job, host = s.processes_per_job, bind_host(config)
+        web = http_host(config, host)
+        where: dict[str, str] = {"interface": p.network_interface} if p.network_interface else {"host": host}
+        return {
+            "n_workers": _jobs(config) * per_job, "processes": per_job, "job_name": JOB_NAME,
+            "cores": per_job * task_threads(config), "job_cpu": per_job * p.omp_threads,
+            "memory": f"{per_job * _memory(config)}B", "walltime": _walltime(s.walltime),
+            "queue": s.partition, "account": s.account, "job_extra_directives": _directives(config),
+            "job_script_prologue": _prologue(config), "python": s.job_python or sys.executable,
+            "death_timeout": int(-(-p.timeout // 1)), "interface": p.network_interface,
+            "local_directory": None if c.local_directory == "auto" else c.local_directory,
+            "protocol": protocol(config, self) + "://", "security": tls_plan(config),
+            "scheduler_options": {**where, "dashboard_address": dashboard_address(config, web) or f"{web}:{config.monitoring.port}",
+                                  "dashboard": dashboard_address(config, web) is not None},
+            "silence_logs": getattr(logging, p.log_level),
+        }
+
+    def describe(self, config: Config) -> list[str]:
+        kw = self.plan(config)
+        jobs = kw["n_workers"] // kw["processes"]
+        what = f"{jobs} Slurm job(s) of {kw['job_cpu']} core(s), {kw['memory']} memory, walltime {kw['walltime']}"
+        return [f"{what}, partition {kw['queue'] or '(default)'} (openclaw slurm script prints the job script)"]
+
+    def start(self, config: Config) -> RunningCluster:
+        """Start the scheduler here, submit the worker jobs, and wait until their workers have joined."""
+        from dask_jobqueue import SLURMCluster
+        from distributed import Client
+
+        kwargs = self.plan(config)
+        kwargs["security"] = security_for(config)
+        if config.slurm.log_directory:
+            Path(config.resolve_path("slurm.log_directory") or ".").mkdir(parents=True, exist_ok=True)
+        logger.info("starting a Slurm cluster: %s", kwargs)
+        with contextlib.ExitStack() as undo:  # an error or Ctrl-C before the session holds it cancels what was submitted
+            try:
+                cluster = SLURMCluster(**kwargs)
+            except Exception as e:  # dask-jobqueue raises RuntimeError with sbatch's output, and more
+                raise ClusterStartError(f"could not submit the Slurm worker jobs ({_first_line(e)}); "
+                                        "check with: openclaw slurm script ... | sbatch --test-only") from e
+            undo.callback(_cancel_all, cluster)
+            client = Client(cluster, timeout=config.parallel.timeout, security=kwargs["security"])
+            undo.callback(client.close)
+            _wait_for_workers(cluster, client, kwargs["n_workers"])
+            undo.pop_all()
+        return SlurmCluster(self, config, client, cluster)
+
+
+class SlurmCluster(DistributedCluster):
+    """A ``SLURMCluster`` and its client; closing also cancels any job the cluster's own close left in the queue."""
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        ids = _job_ids(self.cluster)
+        super().close()
+        _scancel(ids)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+
+
+def _job_ids(cluster: Any) -> list[str]:
+    """The Slurm job ids of the cluster's worker jobs that were submitted."""
+    return [str(job.job_id) for job in list(cluster.workers.values()) if getattr(job, "job_id", None)]
+
+
+def _scancel(ids: list[str]) -> None:
+    if ids:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(["scancel", *ids], capture_output=True, timeout=30, check=False)
+
+
+def _cancel_all(cluster: Any) -> None:
+    ids = _job_ids(cluster)
+    with contextlib.suppress(Exception):
+        cluster.close()
+    _scancel(ids)
+
+
+def _queued() -> set[str] | None:
+    """Ids of this user's jobs that Slurm still knows (pending or running), or ``None`` if squeue did not answer."""
+    try:
+        out = subprocess.run(["squeue", "--me", "-h", "-o", "%i"], capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return set(out.stdout.split())
+
+
+def _wait_for_workers(cluster: Any, client: Any, n: int, poll: float = 1.0) -> None:
+    """Until ``n`` workers have joined; a job that leaves the queue before its workers joined ends the wait in one line."""
+    while len(client.scheduler_info(n_workers=-1)["workers"]) < n:
+        time.sleep(poll)
+        joined = {w.get("name") for w in client.scheduler_info(n_workers=-1)["workers"].values()}
+        queued = _queued()
+        for name, job in list(cluster.workers.items()):
+            done = queued is not None and job.job_id and str(job.job_id) not in queued
+            if done and not any(str(w).startswith(str(name)) for w in joined):
+                raise ClusterStartError(f"Slurm job {job.job_id} ended before its worker joined the scheduler; its output "
+                                        "says why (slurm.log_directory, or slurm-JOBID.out where openclaw ran)")
+
+
+def job_script(config: Config) -> str:
+    """The job script a session of ``config`` submits for each worker job (pure; needs dask-jobqueue, not Slurm).
+
+    The scheduler's address is known only once a session starts it: the script shows
+    :data:`PLACEHOLDER` there.
+    """
+    from dask_jobqueue.slurm import SLURMJob
+
+    SlurmBackend().available()
+    kwargs = SlurmBackend().plan(config)
+    job = {k: v for k, v in kwargs.items() if k not in ("n_workers", "scheduler_options", "silence_logs", "security")}
+    if kwargs["security"] is not None:
+        job["security"] = security_for(config)
+    return str(SLURMJob(PLACEHOLDER, name=f"{JOB_NAME}-0", **job).job_script())
+
+
+def script_text(path: Any = None, overrides: dict[str, Any] | None = None) -> str:
+    """The job script of the config at ``path`` with ``overrides``, checked as backend slurm (``openclaw slurm script``)."""
+    from openclaw_dask.cluster.registry import check
+    from openclaw_dask.config import load_config
+
+    config = load_config(path, overrides, override_label="--set")
+    check(config)
+    head = "# the job script each worker job of a session runs; the session fills in its scheduler's address\n"
+    text = job_script(config)
+    shebang, _, rest = text.partition("\n")
+    return f"{shebang}\n{head}{rest}".rstrip("\n") + "\n"
+

@@ -1,0 +1,290 @@
+"""Backend slurm against a real one-node Slurm, started by a fixture in a network namespace of its own.
+
+The fixture (:func:`slurm`) makes a munge key, a ``slurm.conf`` with this host's name and memory,
+and starts ``munged``, ``slurmctld`` and ``slurmd`` as root, their state, spool and logs in a
+temporary folder. The daemons and every ``openclaw`` run that talks to them live in a fresh
+network namespace with only ``lo`` up, so nothing listens outside it, and no port can clash with
+another Slurm. The node declares at least :data:`NODE_CPUS` CPUs (``SlurmdParameters=config_overrides``)
+so that a job script for an 8-core node passes ``sbatch --test-only`` on a 2-core machine; the
+jobs that really run here ask for one core each. Needs root, ``ip netns`` and Debian's
+``slurm-wlm`` and ``munge`` (``.ci/run`` installs them); skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BIN
+
+pytestmark = [pytest.mark.timeout(240)]
+
+PARTITION = os.environ.get("OPENCLAW_TEST_SLURM_PARTITION", "compute")
+NODE_CPUS = 8
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel")
+SMALL = ["--set", "parallel.backend=slurm", "--set", "workload.size=16MiB", "--set", "workload.repeat=1",
+         "--set", "cluster.memory_limit=512MiB", "--set", "slurm.walltime=5m"]
+
+
+@dataclass
+class Slurm:
+    """A running one-node Slurm: where its config is, and how to run a command beside it."""
+
+    root: Path
+    netns: str
+    partition: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"SLURM_CONF": str(self.root / "slurm.conf")}
+
+    def argv(self, *argv: str) -> list[str]:
+        # nsenter, not `ip netns exec`, which mounts a /sys of its own without the cgroups slurmd reads
+        return ["nsenter", f"--net=/run/netns/{self.netns}", *argv]
+
+    def run(self, *argv: str, timeout: float = 30, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv(*argv), capture_output=True, text=True, timeout=timeout, input=stdin,
+                              env={**os.environ, **self.env}, check=False)
+
+    def popen(self, *argv: str, log: Path) -> subprocess.Popen:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OPENCLAW_")}
+        with open(log, "wb") as out:
+            return subprocess.Popen(self.argv(*argv), stdout=out, stderr=subprocess.STDOUT, env={**env, **self.env})
+
+    def jobs(self) -> list[tuple[str, str, str]]:
+        """``(id, name, state)`` of every job Slurm knows."""
+        out = self.run("squeue", "-h", "-o", "%i %j %T").stdout
+        return [tuple(line.split()) for line in out.splitlines() if line.strip()]  # type: ignore[misc]
+
+    def openclaw(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OPENCLAW_")}
+        return subprocess.run(self.argv(str(BIN / "openclaw"), *args), capture_output=True, text=True, timeout=timeout,
+                              env={**env, **self.env}, check=False)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.root.glob("*.log")))
+
+
+def _why_not() -> str | None:
+    missing = [d for d in DAEMONS if shutil.which(d) is None and not Path("/usr/sbin", d).exists()]
+    if missing:
+        return f"needs Slurm and munge ({', '.join(missing)} not found; apt-get install slurm-wlm munge)"
+    if os.geteuid() != 0:
+        return "a test Slurm runs slurmd as root (it starts jobs as their users)"
+    if shutil.which("ip") is None or shutil.which("nsenter") is None:
+        return "needs ip (iproute2) and nsenter for the Slurm daemons' own network namespace"
+    return None
+
+
+def _conf(root: Path, munge_socket: Path, partition: str) -> str:
+    host = socket.gethostname().split(".")[0]
+    detected = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, timeout=30, check=True).stdout
+    cpus = int(re.search(r"CPUs=(\d+)", detected).group(1))  # type: ignore[union-attr]
+    memory = int(re.search(r"RealMemory=(\d+)", detected).group(1))  # type: ignore[union-attr]
+    lines = {
+        "ClusterName": "openclaw-test", "SlurmctldHost": f"{host}(127.0.0.1)", "SlurmUser": "root", "SlurmdUser": "root",
+        "AuthType": "auth/munge", "CredType": "cred/munge", "AuthInfo": f"socket={munge_socket}",
+        "SlurmctldPort": "6817", "SlurmdPort": "6818", "StateSaveLocation": f"{root}/state",
+        "SlurmdSpoolDir": f"{root}/spool", "SlurmctldPidFile": f"{root}/slurmctld.pid", "SlurmdPidFile": f"{root}/slurmd.pid",
+        "SlurmctldLogFile": f"{root}/slurmctld.log", "SlurmdLogFile": f"{root}/slurmd.log",
+        "ProctrackType": "proctrack/linuxproc", "TaskPlugin": "task/none", "JobAcctGatherType": "jobacct_gather/none",
+        "AccountingStorageType": "accounting_storage/none", "MpiDefault": "none", "SwitchType": "switch/none",
+        "SelectType": "select/cons_tres", "SelectTypeParameters": "CR_Core_Memory", "SchedulerType": "sched/builtin",
+        "SlurmdParameters": "config_overrides", "ReturnToService": "2", "KillWait": "2", "MinJobAge": "2",
+        "SchedulerParameters": "sched_interval=1", "SlurmctldTimeout": "30", "SlurmdTimeout": "30",
+    }
+    text = "".join(f"{k}={v}\n" for k, v in lines.items())
+    text += f"NodeName={host} NodeAddr=127.0.0.1 CPUs={max(cpus, NODE_CPUS)} RealMemory={memory} State=UNKNOWN\n"
+    return text + f"PartitionName={partition} Nodes={host} Default=YES MaxTime=INFINITE State=UP\n"
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for p in reversed(procs):
+        with contextlib.suppress(ProcessLookupError):
+            p.terminate()
+    for p in reversed(procs):
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
+
+
+@contextlib.contextmanager
+def one_node_slurm(partition: str = PARTITION) -> Iterator[Slurm]:
+    """munged, slurmctld and slurmd in a namespace and a temporary folder of their own; all gone after."""
+    root = Path(tempfile.mkdtemp(prefix="openclaw-slurm-"))
+    netns = f"oc-slurm-{os.getpid()}"
+    procs: list[subprocess.Popen] = []
+    made_ns = False
+    try:
+        r = subprocess.run(["ip", "netns", "add", netns], capture_output=True, text=True, timeout=15, check=False)
+        if r.returncode:
+            pytest.skip(f"`ip netns add` failed ({r.stderr.strip()}); the test Slurm needs its own network namespace")
+        made_ns = True
+        subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True, timeout=15)
+        # getaddrinfo(AI_ADDRCONFIG), which slurmctld binds with, finds nothing where only loopback has an
+        # address: a veth pair with both ends inside the namespace gives it one that leads nowhere
+        for cmd in (["link", "add", "oc0", "type", "veth", "peer", "name", "oc1"], ["addr", "add", "10.78.0.1/32", "dev", "oc0"],
+                    ["link", "set", "oc0", "up"]):
+            subprocess.run(["ip", "-n", netns, *cmd], check=True, timeout=15)
+        slurm = Slurm(root, netns, partition)
+        for sub in ("state", "spool", "munge"):
+            (root / sub).mkdir(mode=0o700)
+        key = root / "munge" / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        sock = root / "munge" / "munge.socket"
+        procs.append(slurm.popen("munged", "-F", "-f", f"--key-file={key}", f"--socket={sock}", f"--pid-file={root}/munged.pid",
+                                 f"--seed-file={root}/munge/seed", f"--log-file={root}/munged.log", log=root / "munged.out"))
+        _wait(lambda: sock.exists(), 15, "munged did not make its socket", slurm)
+        (root / "slurm.conf").write_text(_conf(root, sock, partition))
+        procs.append(slurm.popen("slurmctld", "-D", "-c", "-i", log=root / "slurmctld.out"))
+        procs.append(slurm.popen("slurmd", "-D", log=root / "slurmd.out"))
+        _wait(lambda: "idle" in slurm.run("sinfo", "-h", "-o", "%t").stdout, 60, "the node did not become idle", slurm)
+        yield slurm
+    finally:
+        if made_ns:
+            with contextlib.suppress(Exception):
+                subprocess.run(["nsenter", f"--net=/run/netns/{netns}", "scancel", "--full", "-u", "root"], timeout=15, check=False,
+                               env={**os.environ, "SLURM_CONF": str(root / "slurm.conf")}, capture_output=True)
+        _stop(procs)
+        if made_ns:
+            subprocess.run(["ip", "netns", "del", netns], timeout=15, check=False, capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait(ready, timeout: float, what: str, slurm: Slurm) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {timeout:g}s\n{slurm.logs()}")
+        time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[Slurm]:
+    """A one-node Slurm with a partition named :data:`PARTITION`, stopped (and its folder removed) after the module."""
+    why = _why_not()
+    if why:
+        pytest.skip(why)
+    with one_node_slurm() as s:
+        yield s
+
+
+# -- no Slurm needed ---------------------------------------------------------------------------
+
+
+def test_plan_maps_the_config_onto_slurmcluster_keywords():
+    from openclaw_dask.cluster.slurm import SlurmBackend
+    from openclaw_dask.config import load_config
+
+    config = load_config(None, {"parallel.backend": "slurm", "parallel.workers": 8, "parallel.omp_threads": 4,
+                                "parallel.hybrid": True, "slurm.processes_per_job": 2, "slurm.partition": "compute",
+                                "slurm.qos": "short", "slurm.walltime": "1h", "cluster.memory_limit": "3GiB",
+                                "parallel.timeout": "45s", "cluster.local_directory": "/scratch/me"})
+    kw = SlurmBackend().plan(config)
+    assert (kw["n_workers"], kw["processes"], kw["cores"], kw["job_cpu"]) == (8, 2, 2, 8)  # hybrid: 1 task thread, 4 BLAS
+    assert (kw["memory"], kw["walltime"], kw["queue"], kw["death_timeout"]) == (f"{6 * 2**30}B", "01:00:00", "compute", 45)
+    assert "--qos=short" in kw["job_extra_directives"] and kw["local_directory"] == "/scratch/me"
+    assert "export OMP_NUM_THREADS=4" in kw["job_script_prologue"]
+    assert "export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=45.0s" in kw["job_script_prologue"]
+    assert kw["scheduler_options"]["host"] == "127.0.0.1" and kw["scheduler_options"]["dashboard"] is False
+
+
+@pytest.mark.parametrize(("sets", "key"), [
+    (["parallel.workers=auto"], "parallel.workers"),
+    (["parallel.workers=3", "slurm.processes_per_job=2"], "parallel.workers"),
+    (["parallel.workers=2", "cluster.max_spill=1GiB"], "cluster.max_spill"),
+    (["parallel.workers=2", "parallel.communication=inproc"], "parallel.communication"),
+    (["parallel.workers=2", "elastic.adaptive=true"], "elastic.adaptive"),
+])
+def test_what_a_batch_job_cannot_honour_is_one_line(sets, key):
+    from tests.conftest import openclaw
+
+    args = ["slurm", "script"] + [a for s in sets for a in ("--set", s)]
+    r = openclaw(*args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert key in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_slurm_keys_are_refused_on_another_backend():
+    import openclaw_dask
+    from openclaw_dask.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"slurm.partition.*backend slurm"):
+        openclaw_dask.load_config(None, {"parallel.backend": "process", "slurm.partition": "compute"})
+
+
+# -- against the real one-node Slurm ------------------------------------------------------------
+
+
+def test_acceptance_script_passes_sbatch_test_only(slurm):
+    r = slurm.openclaw("slurm", "script", "--set", "parallel.backend=slurm", "--set", "parallel.workers=8",
+                       "--set", "parallel.omp_threads=8", "--set", f"slurm.partition={slurm.partition}")
+    assert r.returncode == 0, r.stderr
+    script = r.stdout
+    for line in ("#SBATCH --cpus-per-task=8", "#SBATCH --mem=16G", "#SBATCH -t 00:30:00", f"#SBATCH -p {slurm.partition}",
+                 "export OMP_NUM_THREADS=1", "--nthreads 8"):
+        assert line in script, script
+    test = slurm.run("sbatch", "--test-only", stdin=script)
+    assert test.returncode == 0 and "to start at" in test.stderr, test.stderr + slurm.logs()
+    assert slurm.jobs() == []  # --test-only submits nothing
+
+
+def _json_result(r: subprocess.CompletedProcess) -> dict:
+    return json.loads(r.stdout[r.stdout.index("{"):])
+
+
+def test_array_sum_runs_in_two_jobs_and_leaves_none(slurm, tmp_path):
+    seen: list[list[tuple[str, str, str]]] = []
+    proc = slurm.popen(str(BIN / "openclaw"), "run", "array-sum", "--json", *SMALL, "--set", "parallel.workers=2",
+                       log=tmp_path / "run.log")
+    try:
+        while proc.poll() is None:
+            seen.append(slurm.jobs())
+            time.sleep(0.5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(30)
+    out = (tmp_path / "run.log").read_text()
+    assert proc.returncode == 0, out + slurm.logs()
+    result = json.loads(out[out.index("{"):])
+    assert result["ok"] is True, result
+    running = max((sum(state == "RUNNING" and name == "openclaw-worker" for _, name, state in s) for s in seen), default=0)
+    assert running == 2, seen
+    _wait(lambda: slurm.jobs() == [], 15, "jobs left after the run", slurm)
+
+
+def test_ctrl_c_exits_130_and_leaves_no_job(slurm, tmp_path):
+    log = tmp_path / "run.log"
+    proc = slurm.popen(str(BIN / "openclaw"), "run", "array-sum", *SMALL, "--set", "parallel.workers=1",
+                       "--set", "workload.size=256MiB", "--set", "workload.repeat=50", log=log)
+    try:
+        _wait(lambda: any(state == "RUNNING" for _, _, state in slurm.jobs()) or proc.poll() is not None, 60,
+              "no worker job ran", slurm)
+        time.sleep(3)  # the worker has joined and the run is computing
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    text = log.read_text()
+    assert proc.returncode == 130, text
+    assert "Traceback" not in text, text
+    _wait(lambda: slurm.jobs() == [], 15, "jobs left after Ctrl-C", slurm)
