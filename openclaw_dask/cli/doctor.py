@@ -20,7 +20,7 @@ _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @friendly
 def doctor(config_path: str | None, sets: tuple[str, ...], as_json: bool) -> None:
-    """Check cores, memory, disk, MPI, GPUs, network, TLS, versions, and a start of the backend.
+    """Check cores, memory, disk, MPI, GPUs, network, SSH hosts, TLS, versions, and a start of the backend.
 
     Each check says ok, warn or fail, what it found, and the fix. The config is read
     without the backend's own checks, so what this machine lacks is reported, not refused.

@@ -101,6 +101,8 @@ class Capabilities:
         Its scheduler and workers are Kubernetes pods: the ``kubernetes`` section applies.
     jobs
         Its workers are batch jobs of a Slurm cluster: the ``slurm`` section applies.
+    ssh
+        Its scheduler and workers are started over SSH on other machines: the ``ssh`` section applies.
     local_memory
         Its workers run on this machine and share its memory: their ``cluster.memory_limit``
         together (:meth:`Backend.memory_workers` of them) must fit in it. ``False`` where the
@@ -120,6 +122,7 @@ class Capabilities:
     gpu: bool = False
     pods: bool = False
     jobs: bool = False
+    ssh: bool = False
     local_memory: bool = False
 
 

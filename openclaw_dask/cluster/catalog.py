@@ -21,6 +21,7 @@ BUILTIN = {
     "mpi": "openclaw_dask.cluster.mpi:MpiBackend",
     "cuda": "openclaw_dask.cluster.cuda:CudaBackend",
     "kubernetes": "openclaw_dask.cluster.kubernetes:KubernetesBackend",
+    "ssh": "openclaw_dask.cluster.ssh:SshBackend",
     "slurm": "openclaw_dask.cluster.slurm:SlurmBackend",
 }
 SERIAL = "openclaw_dask.cluster.serial:SerialBackend"  # parallel.enabled: false; not selectable by name

@@ -32,6 +32,7 @@ def check_capabilities(backend: Backend, config: Config) -> None:
     _check_gpu(backend, config)
     _check_pods(backend, config)
     _check_jobs(backend, config)
+    _check_ssh(backend, config)
     _check_services(backend, config)
     _check_comms(backend, config)
     _check_memory(backend, config)
@@ -85,6 +86,15 @@ def _check_jobs(backend: Backend, config: Config) -> None:
     if changed:
         raise ConfigError.at(config, changed[0], f"describes the worker jobs of backend {able('jobs')} (backend is {backend.name})",
                              hint="set parallel.backend=slurm, or remove the key")
+
+
+def _check_ssh(backend: Backend, config: Config) -> None:
+    if backend.capabilities.ssh:
+        return
+    changed = changed_from_defaults(config, (key for key, _ in config.items() if key.startswith("ssh.")))
+    if changed:
+        raise ConfigError.at(config, changed[0], f"describes the hosts of backend {able('ssh')} (backend is {backend.name})",
+                             hint="set parallel.backend=ssh, or remove the key")
 
 
 def _check_services(backend: Backend, config: Config) -> None:

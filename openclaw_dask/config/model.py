@@ -23,7 +23,8 @@ from openclaw_dask.config import values as v
 from openclaw_dask.config.values import ChunkSize
 
 __all__ = ["ClusterConfig", "Config", "ElasticConfig", "FaultToleranceConfig", "GpuConfig", "IoConfig", "KubernetesConfig",
-           "MonitoringConfig", "ParallelConfig", "SecurityConfig", "SlurmConfig", "WorkloadConfig", "plain", "setting"]
+           "MonitoringConfig", "ParallelConfig", "SecurityConfig", "SlurmConfig", "SshConfig", "WorkloadConfig", "plain",
+           "setting"]
 
 
 def setting(coerce: Callable[[Any], Any], default: Any, doc: str, *, secret: bool = False) -> Any:
@@ -199,6 +200,24 @@ class SlurmConfig:
 
 
 @dataclass(frozen=True)
+class SshConfig:
+    """The hosts of backend ssh and how to reach them (see :mod:`openclaw_dask.cluster.ssh`)."""
+
+    hosts: tuple[str, ...] = setting(v.host_list, [], """
+        backend ssh (pip install 'openclaw-dask[ssh]'): machines reached over SSH, each NAME or USER@NAME, as the
+        others reach it (the scheduler and workers bind that address). The scheduler runs on the first; parallel.workers
+        worker processes (omp_threads threads each) are spread over all of them, the first included""")
+    ssh_port: int = setting(v.integer(1, 65535), 22, "port of the hosts' SSH servers")
+    known_hosts: str = setting(v.text, "~/.ssh/known_hosts", """
+        file of the host keys to trust (OpenSSH's format); a host whose key is not in it is refused""")
+    client_keys: tuple[str, ...] = setting(v.path_list, [], """
+        private key files to log in with; [] = SSH's defaults (~/.ssh/id_ed25519, id_rsa, ... and the agent)""")
+    remote_python: tuple[str, ...] = setting(v.path_list, [], """
+        the Python on the hosts that runs the scheduler and workers (it needs openclaw-dask): one path for all hosts,
+        or one per host in the order of hosts; [] = this Python's path (the same install on every host)""")
+
+
+@dataclass(frozen=True)
 class WorkloadConfig:
     """Parameters of the built-in workloads."""
 
@@ -288,7 +307,7 @@ class Config:
 
     Attributes
     ----------
-    parallel, cluster, gpu, workload, io, elastic, kubernetes, slurm, fault_tolerance, monitoring, security
+    parallel, cluster, gpu, workload, io, elastic, kubernetes, slurm, ssh, fault_tolerance, monitoring, security
         The typed sections.
     dask
         Passed unchanged to :mod:`dask.config` while a session runs (read-only mapping).
@@ -307,6 +326,7 @@ class Config:
     elastic: ElasticConfig
     kubernetes: KubernetesConfig
     slurm: SlurmConfig
+    ssh: SshConfig
     fault_tolerance: FaultToleranceConfig
     monitoring: MonitoringConfig
     security: SecurityConfig

@@ -17,8 +17,8 @@ from dask.utils import byte_sizes, format_bytes, parse_timedelta
 
 __all__ = ["COMMUNICATIONS", "ENGINES", "LOG_LEVELS", "MAX_CHUNKS", "MAX_WORKERS", "MISSING_CHUNKS",
            "SERVICE_TYPES", "SOCKET_BUFFER_RANGE", "STRATEGIES", "ChunkSize", "Invalid", "as_written", "backend_name", "boolean",
-           "choice", "chunk_size", "dashboard", "devices", "dns_label", "duration", "env_mapping", "fraction", "integer",
-           "local_directory", "log_level", "max_spill", "optional_text", "port", "ranged", "ratio", "size",
+           "choice", "chunk_size", "dashboard", "devices", "dns_label", "duration", "env_mapping", "fraction", "host_list", "integer",
+           "local_directory", "log_level", "max_spill", "optional_text", "path_list", "port", "ranged", "ratio", "size",
            "socket_buffer_size", "text", "text_list"]
 
 # Ranges of the numeric keys, stated in docs/configuration.md: wide enough for any real run,
@@ -258,6 +258,29 @@ def text_list(v: Any) -> tuple[str, ...]:
     if isinstance(v, (list, tuple)) and all(_is_text(x) for x in v):
         return tuple(x.strip() for x in v)
     raise Invalid("a list of module names or .py files, e.g. [mypackage.setup]")
+
+
+_HOST = re.compile(r"([A-Za-z_][A-Za-z0-9_.-]{0,31}@)?[A-Za-z0-9]([A-Za-z0-9.-]{0,252})")
+MAX_HOSTS = 1000
+
+
+def _items(v: Any) -> Any:
+    """A list as written, or a comma-separated string (``--set`` and the environment) split into one."""
+    return [x.strip() for x in v.split(",")] if isinstance(v, str) else v
+
+
+def host_list(v: Any) -> tuple[str, ...]:
+    v = _items(v)
+    if isinstance(v, (list, tuple)) and len(v) <= MAX_HOSTS and all(isinstance(x, str) and _HOST.fullmatch(x.strip()) for x in v):
+        return tuple(x.strip() for x in v)
+    raise Invalid(f"a list of at most {MAX_HOSTS} host names or addresses, each optionally USER@HOST, e.g. [node1, node2]")
+
+
+def path_list(v: Any) -> tuple[str, ...]:
+    v = _items(v)
+    if isinstance(v, (list, tuple)) and all(_is_text(x) for x in v):
+        return tuple(x.strip() for x in v)
+    raise Invalid("a file path or a list of file paths, e.g. [~/.ssh/id_ed25519]")
 
 
 def env_mapping(v: Any) -> tuple[tuple[str, str], ...]:

@@ -31,7 +31,7 @@ EXTRAS = {  # distribution -> the openclaw-dask extra that brings it
     "mpi4py": "mpi", "dask-mpi": "mpi", "dask-cuda": "cuda", "cupy-cuda12x": "cuda", "cupy-cuda13x": "cuda",
     "nvidia-ml-py": "cuda", "rmm-cu12": "cuda", "distributed-ucxx-cu12": "cuda", "dask-kubernetes": "k8s", "kr8s": "k8s",
     "ipykernel": "notebook", "ipywidgets": "notebook",
-    "prometheus-client": "monitoring", "zarr": "io", "h5py": "io", "cryptography": "tls", "joblib": "bench",
+    "asyncssh": "ssh", "prometheus-client": "monitoring", "zarr": "io", "h5py": "io", "cryptography": "tls", "joblib": "bench",
 }
 
 
@@ -220,6 +220,23 @@ def _tls_check(config: Any) -> list[Check]:
     return [Check("tls", "ok", f"certificate {cert} and its key match" + (f"; CA {ca} readable" if ca else ""))]
 
 
+def check_ssh(config: Any) -> list[Check]:
+    """Backend ssh: each host logs this user in with the configured key, and its Python imports openclaw_dask and distributed."""
+    if not _backend(config).capabilities.ssh:
+        return []
+    if importlib.util.find_spec("asyncssh") is None:
+        return [Check("ssh", "fail", "backend ssh needs asyncssh, which is not installed", "pip install 'openclaw-dask[ssh]'")]
+    from openclaw_dask.cluster.ssh import probe_each
+    from openclaw_dask.errors import ConfigError
+
+    try:
+        results = probe_each(config)
+    except ConfigError as e:
+        return [Check("ssh", "fail", str(e))]
+    return [Check("ssh", "ok", f"{host}: logged in; {host.python} imports openclaw_dask and distributed ({r} cores)")
+            if isinstance(r, int) else Check("ssh", "fail", r.partition("; ")[0], r.partition("; ")[2]) for host, r in results]
+
+
 def check_software(config: Any) -> list[Check]:
     def ver(dist: str) -> str | None:
         try:
@@ -247,7 +264,7 @@ def check_startup(config: Any) -> list[Check]:
 
 
 CHECKS: tuple[Callable[[Any], list[Check]], ...] = (
-    check_cores, check_memory, check_mpi, check_gpu, check_network, check_software, check_startup,
+    check_cores, check_memory, check_mpi, check_gpu, check_network, check_ssh, check_software, check_startup,
 )
 
 
