@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from openclaw_dask import arrays, display, parts
+from openclaw_dask import arrays, display, memory_model, parts
 from openclaw_dask.cluster import backend_for, check, running_of
 from openclaw_dask.config import Config, load_config
 from openclaw_dask.elastic import Elastic, ResizeResult
@@ -144,11 +144,13 @@ class Session:
         One collection gives its result; several give a tuple, as :func:`dask.compute`.
         Failed tasks are retried ``fault_tolerance.retries`` times (distributed engine).
         """
+        memory_model.require_fit(self, list(collections))  # refused before any task runs
         results = running_of(self).compute(list(collections), **kwargs)
         return results[0] if len(collections) == 1 else results
 
     def persist(self, collection: Any) -> Any:
         """Compute ``collection`` into worker memory (into the graph on a local scheduler) and return it."""
+        memory_model.require_fit(self, [collection])
         return running_of(self).persist(collection)
 
     def recovery(self) -> Recovery:

@@ -15,8 +15,9 @@ from openclaw_dask.config.schema import key_by_name
 
 __all__ = ["ADAPTIVE", "ALLOWED_FAILURES", "ALLOW_INSECURE_BIND", "BACKEND", "CA_FILE", "CERT_FILE", "COMMUNICATION",
            "COMMUNICATION_STRICT", "COOLDOWN", "DASHBOARD", "DEVICES", "ENABLED", "ENGINE", "GPU_MEMORY_FRACTION",
-           "HOST", "HYBRID", "INTERVAL", "KEY_FILE", "LOCAL_DIRECTORY", "MAX_SPILL", "MAX_WORKERS", "MEMORY_LIMIT",
-           "MEMORY_POOLING", "MISSING_CHUNKS", "MPI_SHARED_MEMORY", "NETWORK_INTERFACE", "OMP_THREADS", "PORT",
+           "HOST", "HYBRID", "INTERVAL", "KEY_FILE", "LOCAL_DIRECTORY", "MAX_SPILL", "MAX_WORKERS",
+           "MEMORY_CHECK", "MEMORY_LIMIT", "MEMORY_POOLING", "MISSING_CHUNKS", "MPI_SHARED_MEMORY", "NETWORK_INTERFACE",
+           "OMP_THREADS", "PORT",
            "PRELOAD", "PROMETHEUS", "RDMA", "RETRIES", "SCHEDULER_ADDRESS", "SIZE", "SOCKET_BUFFER_SIZE",
            "TASK_CHUNK_SIZE", "TEMPORARY_CERTIFICATES", "TIMEOUT", "WORKERS"]
 
@@ -55,6 +56,7 @@ MEMORY_LIMIT: Final = _dotted("memory_limit")
 PRELOAD: Final = _dotted("preload")
 LOCAL_DIRECTORY: Final = _dotted("local_directory")
 MAX_SPILL: Final = _dotted("max_spill")
+MEMORY_CHECK: Final = _dotted("memory_check")
 
 # gpu
 DEVICES: Final = _dotted("devices")

@@ -146,6 +146,10 @@ class ClusterConfig:
     max_spill: int | str | bool = setting(v.max_spill, "auto", """
         most bytes all workers together may spill to disk: auto = half the free space of the spill folder at start,
         shared among the workers | a size | false (no bound: a run that does not fit can fill the disk)""")
+    memory_check: str = setting(v.choice("error", "warn", "off"), "error", """
+        before Session.compute/persist runs an array graph, its projected peak memory per worker (docs/memory.md)
+        is compared with the workers' memory: error = refuse a graph that does not fit, naming the task_chunk_size
+        or memory_limit that would | warn = log that and run | off = no projection""")
 
 
 @dataclass(frozen=True)

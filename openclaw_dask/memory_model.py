@@ -1,0 +1,472 @@
+"""Project the peak memory per worker of a dask array graph before it runs (pure; see ``docs/memory.md``).
+
+Every array layer carries its chunks in ``collection_annotations``: from them each task's output
+bytes are known, and a task's footprint is its inputs plus its output. The graph is then walked in
+dask's own priority order (:func:`dask.order.order`, the order workers run ready tasks in), keeping
+each output until its last dependent has run, and the results to the end: the most held at once is
+the *sequential peak*. A worker with ``T`` threads runs ``T`` tasks at once and may hold
+``ceil(worker-saturation * T)`` queued root tasks' outputs, so on top of its share of the sequential
+peak it holds up to ``T - 1`` more task footprints and the extra roots. That is the projection;
+a worker's measured baseline (its process memory before the run) is added by the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import operator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from openclaw_dask.cluster.stall import configured_max_spill
+from openclaw_dask.config.keys import MEMORY_CHECK, MEMORY_LIMIT, TASK_CHUNK_SIZE
+from openclaw_dask.errors import ConfigError
+
+if TYPE_CHECKING:
+    from openclaw_dask.cluster import SessionLike
+
+__all__ = ["MAX_WALK_TASKS", "RESERVE", "Misfit", "Projection", "Task", "describe", "misfit", "project", "require_fit",
+           "suggest_chunk"]
+
+logger = logging.getLogger("openclaw_dask.memory")
+
+RESERVE = 8 * 2**20  # per worker: task state, messages and allocator slack that no chunk size shows
+MAX_WALK_TASKS = 50_000  # a bigger graph is projected from a sample of each layer, to stay well under a second
+
+
+@dataclass(frozen=True)
+class Task:
+    """The biggest task of a projection: its layer, chunk shape, and input and output bytes."""
+
+    layer: str
+    shape: tuple[int, ...] | None
+    inputs: int
+    output: int
+    temporary: int = 0  # e.g. its inputs concatenated before the function runs
+
+    @property
+    def footprint(self) -> int:
+        """Bytes the task holds while it runs: its inputs, its output and its temporaries."""
+        return self.inputs + self.output + self.temporary
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The projected peak memory of one graph on each worker, over the worker's baseline.
+
+    Attributes
+    ----------
+    per_worker
+        Projected peak bytes on each worker above its baseline (includes :data:`RESERVE`).
+    running
+        Of it, the bytes that cannot be spilled: ``threads`` running tasks, roots and the reserve.
+    sequential
+        The most the graph holds at once when its tasks run one at a time in dask's order.
+    results
+        Of it, each worker's share of the results (held to the end, whatever the chunk size).
+    task
+        The task with the biggest footprint.
+    chunk
+        Bytes of the biggest chunk of any array layer.
+    tasks, workers, threads
+        Tasks in the graph, and the workers and threads per worker projected for.
+    walked
+        Whether the whole graph was walked (else sampled: an estimate of ``sequential``).
+    """
+
+    per_worker: int
+    running: int
+    sequential: int
+    results: int
+    task: Task
+    chunk: int
+    tasks: int
+    workers: int
+    threads: int
+    walked: bool
+
+
+def project(collections: list[Any], *, workers: int = 1, threads: int = 1, saturation: float = 1.1) -> Projection | None:
+    """The :class:`Projection` of computing ``collections`` on ``workers`` workers of ``threads`` threads.
+
+    ``None`` when no collection is a dask array graph (nothing to project from).
+    ``saturation`` is distributed's ``scheduler.worker-saturation`` (``inf``: no queuing).
+    """
+    graph = _graph(collections)
+    if graph is None:
+        return None
+    layouts, results = graph
+    dsk, count = _tasks(collections)
+    if count <= MAX_WALK_TASKS:
+        ordered = _toposorted(dsk)
+        sized = _sizes(dsk, ordered, layouts, threads)
+        kept = sum(sized.sizes.get(k, 0) for k in set(results))
+        biggest, roots, concurrent = sized.biggest, sized.roots, max(sized.layers.values(), key=sum, default=[0])
+        sequential = _walk(dsk, ordered, sized, results)
+    else:
+        sizes, biggest, roots = _sampled(collections, layouts)
+        kept = sum(sizes.get(k, 0) for k in results)
+        sequential = kept + biggest.footprint
+        concurrent = [biggest.footprint] * threads
+    workers, threads = max(1, workers), max(1, threads)
+    queued = 0 if math.isinf(saturation) else max(0, math.ceil(saturation * threads) - threads)
+    running = sum(concurrent) + queued * roots  # threads running a layer's biggest tasks, and queued roots
+    share = max(-(-sequential // workers), biggest.footprint)
+    chunk = max((_block_bytes(c, i, None) for c, i in layouts.values()), default=0)
+    return Projection(share + running - biggest.footprint + RESERVE, running + RESERVE, sequential,
+                      -(-kept // workers), biggest, chunk, count, workers, threads, count <= MAX_WALK_TASKS)
+
+
+def suggest_chunk(projection: Projection, room: int, spill: int = 0) -> int | None:
+    """The biggest chunk (bytes) whose projection would fit a worker with ``room`` bytes and ``spill`` to spill.
+
+    The tasks' footprints scale with the chunk; the results do not (an estimate): ``None`` when no chunk
+    of 64 KiB or more would fit.
+    """
+    fixed = RESERVE + projection.results
+    if projection.chunk <= 0 or room <= RESERVE or room + spill <= fixed:
+        return None
+    shares = [(room - RESERVE) / max(1, projection.running - RESERVE),
+              (room + spill - fixed) / max(1, projection.per_worker - fixed)]
+    fit = int(projection.chunk * min(1.0, *shares))
+    return fit if fit >= 2**16 else None
+
+
+# -- the graph: layouts of its layers, its tasks ------------------------------------------------
+
+Layout = tuple[tuple[tuple[int, ...], ...], int]  # chunks, itemsize
+
+
+def _graph(collections: list[Any]) -> tuple[dict[str, Layout], list[Any]] | None:
+    """Every array layer's chunks (by layer name) and the result keys, or ``None`` without an array."""
+    from dask.core import flatten
+
+    layouts: dict[str, Layout] = {}
+    results: list[Any] = []
+    for c in collections:
+        graph = getattr(c, "__dask_graph__", lambda: None)()
+        if graph is None or not hasattr(c, "chunks") or not hasattr(c, "dtype"):
+            continue
+        for name, layer in getattr(graph, "layers", {}).items():
+            ann = getattr(layer, "collection_annotations", None) or {}
+            if ann.get("chunks") and hasattr(ann.get("dtype"), "itemsize"):
+                layouts[str(name)] = (tuple(tuple(int(n) for n in a) for a in ann["chunks"]), ann["dtype"].itemsize)
+        layouts[str(c.name)] = (tuple(tuple(int(n) for n in a) for a in c.chunks), c.dtype.itemsize)
+        results.extend(flatten(c.__dask_keys__()))
+    return (layouts, results) if layouts else None
+
+
+def _tasks(collections: list[Any]) -> tuple[dict[Any, Any], int]:
+    """The tasks of the array collections (empty when there are too many to walk) and how many there are."""
+    graphs = [c.__dask_graph__() for c in collections if hasattr(c, "chunks") and hasattr(c, "__dask_graph__")]
+    count = sum(len(layer) for g in graphs for layer in getattr(g, "layers", {}).values())
+    if count > MAX_WALK_TASKS:
+        return {}, count
+    from dask._task_spec import convert_legacy_graph
+
+    merged: dict[Any, Any] = {}
+    for g in graphs:
+        merged.update(g)
+    return convert_legacy_graph(merged), count
+
+
+def _name_index(key: Any) -> tuple[str, tuple[Any, ...]]:
+    return (str(key[0]), tuple(key[1:])) if isinstance(key, tuple) and key else (str(key), ())
+
+
+def _block_bytes(chunks: tuple[tuple[int, ...], ...], itemsize: int, index: tuple[Any, ...] | None) -> int:
+    """Bytes of block ``index`` (the biggest block when ``index`` does not address one)."""
+    if index is not None and len(index) == len(chunks) and all(
+            isinstance(i, int) and 0 <= i < len(a) for i, a in zip(index, chunks)):
+        return itemsize * math.prod(a[i] for i, a in zip(index, chunks))
+    return itemsize * math.prod(max(a, default=0) for a in chunks)
+
+
+def _shape(chunks: tuple[tuple[int, ...], ...], index: tuple[Any, ...]) -> tuple[int, ...] | None:
+    if len(index) == len(chunks) and all(isinstance(i, int) and 0 <= i < len(a) for i, a in zip(index, chunks)):
+        return tuple(a[i] for i, a in zip(index, chunks))
+    return None
+
+
+def _sliced(task: Any, shapes: dict[Any, tuple[int, ...] | None]) -> tuple[int, ...] | None:
+    """The shape a ``getitem(block, slices)`` task gives (rechunk's splits, overlap's edges), else ``None``."""
+    if getattr(task, "func", None) is not operator.getitem or len(getattr(task, "args", ())) != 2:
+        return None
+    source, index = task.args
+    shape = shapes.get(getattr(source, "key", None))
+    index = getattr(index, "value", index)
+    if shape is None or not isinstance(index, tuple) or len(index) != len(shape) or not all(
+            isinstance(s, slice) for s in index):
+        return None
+    return tuple(len(range(*s.indices(n))) for s, n in zip(index, shape))
+
+
+def _functions(task: Any) -> list[str]:
+    """Names of the functions a task calls: through ``partial``, ``Compose`` and the tasks inlined in its arguments."""
+    out, todo = [], [getattr(task, "func", None)]
+    todo.extend(a.func for a in getattr(task, "args", ()) if hasattr(a, "func") and hasattr(a, "dependencies"))
+    while todo:
+        f = todo.pop()
+        if f is None:
+            continue
+        if hasattr(f, "dependencies"):  # an inlined task
+            out.extend(_functions(f))
+            continue
+        todo.extend(getattr(f, "funcs", ()))  # toolz Compose: first, then the rest
+        todo.append(getattr(f, "first", None))
+        inner = getattr(f, "func", None)  # functools.partial
+        if inner is not None:
+            todo.append(inner)
+        elif not hasattr(f, "funcs"):
+            out.append(getattr(f, "__name__", ""))
+    return out
+
+
+def _reduced(task: Any, shape: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """The shape a chunk reduction (``axis=..., keepdims=True``) of a block of ``shape`` gives, else ``None``."""
+    kwargs = getattr(task, "kwargs", None) or {}
+    axis = kwargs.get("axis")
+    if shape is None or kwargs.get("keepdims") is not True or not isinstance(axis, tuple):
+        return None
+    return tuple(1 if a in axis else n for a, n in enumerate(shape))
+
+
+def _output(key: Any, task: Any, deps: list[Any], layouts: dict[str, Layout], sizes: dict[Any, int],
+            shapes: dict[Any, tuple[int, ...] | None]) -> tuple[tuple[int, ...] | None, int]:
+    """The shape (if known) and bytes of ``task``'s output, from its layer's chunks or its inputs'."""
+    from dask._task_spec import DataNode
+    from dask.sizeof import sizeof
+
+    first = next(iter(deps), None)
+    itemsize = sizes.get(first, 0) // max(1, math.prod(shapes.get(first) or (1,))) if first is not None else 0
+    name, index = _name_index(key)
+    if len(deps) == 1 and itemsize and (shape := _reduced(task, shapes.get(first))) is not None:
+        return shape, itemsize * math.prod(shape)  # its layer's chunks are the input's: dask sets them after
+    if (layout := layouts.get(name)) is not None:
+        return _shape(layout[0], index), _block_bytes(layout[0], layout[1], index)
+    if isinstance(task, DataNode):
+        return None, int(sizeof(task.value))
+    if itemsize and (shape := _sliced(task, shapes)) is not None:
+        return shape, itemsize * math.prod(shape)
+    return None, max((sizes[d] for d in deps), default=0)  # no layout: as big as its biggest input (an estimate)
+
+
+def _sizes(dsk: dict[Any, Any], ordered: list[Any], layouts: dict[str, Layout], threads: int) -> _Sizes:
+    """Each task's output and temporary bytes, the task with the biggest footprint, the biggest root output,
+    and each layer's ``threads`` biggest footprints (what its tasks hold when they run at once)."""
+    import heapq
+
+    from dask.utils import key_split
+
+    out = _Sizes({}, {}, set(), Task("", None, 0, 0), 0, {})
+    shapes: dict[Any, tuple[int, ...] | None] = {}
+    for key in ordered:
+        task, deps = dsk[key], _inside(dsk, key)
+        shapes[key], size = _output(key, task, deps, layouts, out.sizes, shapes)
+        inputs = sum(out.sizes[d] for d in deps if d not in out.barriers)  # shards: held once, by the barrier
+        functions = _functions(task)
+        if any(f.endswith("_transfer") for f in functions):
+            size = 2 * inputs  # p2p: each shard in the comm buffer and in the disk buffer, until unpacked
+        elif "p2p_barrier" in functions:
+            size = inputs  # the shards, now the barrier's: held until its last dependent (an unpack) has run
+            out.barriers.add(key)
+        out.sizes[key] = size
+        if any(f in _CONCATENATING for f in functions):
+            out.temporary[key] = inputs  # the inputs concatenated into one array before the function runs
+        elif temporaries := max((_TEMPORARIES.get(f, (0, 0)) for f in functions), default=(0, 0)):
+            out.temporary[key] = temporaries[0] * inputs + temporaries[1] * size
+        footprint = inputs + size + out.temporary.get(key, 0)
+        if key not in out.barriers:
+            top = out.layers.setdefault(key_split(key), [])
+            (heapq.heappush if len(top) < threads else heapq.heappushpop)(top, footprint)
+        if key not in out.barriers and footprint > out.biggest.footprint:
+            shape = shapes[max(deps, key=out.sizes.__getitem__)] if inputs > size else shapes[key]  # the bigger chunk
+            out.biggest = Task(key_split(key), shape, inputs, size, out.temporary.get(key, 0))
+        if not deps:
+            out.roots = max(out.roots, size)
+    return out
+
+
+_CONCATENATING = frozenset({"_concatenate2", "concatenate_axes"})
+# dask's chunk functions that allocate arrays as big as their inputs, and how many at once:
+# (times the inputs, times the output): moment_chunk (var, std) holds ``A - mean`` and its power;
+# _chunk_sum (matmul) adds its inputs pairwise, a new sum each time
+_TEMPORARIES = {"moment_chunk": (2, 0), "_chunk_sum": (0, 1)}
+
+
+@dataclass
+class _Sizes:
+    sizes: dict[Any, int]
+    temporary: dict[Any, int]
+    barriers: set[Any]
+    biggest: Task
+    roots: int
+    layers: dict[str, list[int]]
+
+
+def _inside(dsk: dict[Any, Any], key: Any) -> list[Any]:
+    """The dependencies of ``key`` in ``dsk``: data outside it is on the workers already (their baseline)."""
+    return [d for d in dsk[key].dependencies if d in dsk]
+
+
+def _toposorted(dsk: dict[Any, Any]) -> list[Any]:
+    from dask.order import order
+
+    priority = order(dsk)
+    return sorted(dsk, key=priority.__getitem__)
+
+
+def _walk(dsk: dict[Any, Any], ordered: list[Any], sized: _Sizes, results: list[Any]) -> int:
+    """The most bytes held at once running ``dsk`` one task at a time in dask's order, results kept."""
+    waiting: dict[Any, int] = dict.fromkeys(dsk, 0)
+    for key in dsk:
+        for d in _inside(dsk, key):
+            waiting[d] += 1
+    kept, sizes = set(results), sized.sizes
+    held = peak = 0
+    for key in ordered:
+        moved = key in sized.barriers  # takes over its inputs' bytes: released before its own are counted
+        for d in _inside(dsk, key) if moved else ():
+            held -= sizes[d] if waiting[d] == 1 and d not in kept else 0
+        held += sizes[key]
+        peak = max(peak, held + sized.temporary.get(key, 0))
+        for d in _inside(dsk, key):
+            waiting[d] -= 1
+            if not waiting[d] and d not in kept and not moved:
+                held -= sizes[d]
+        if not waiting[key] and key not in kept:  # nothing reads it
+            held -= sizes[key]
+    return peak
+
+
+def _sampled(collections: list[Any], layouts: dict[str, Layout]) -> tuple[dict[Any, int], Task, int]:
+    """Sizes of the result blocks, and a footprint of two blocks of each layer (an estimate: no task is read)."""
+    biggest, roots = Task("", None, 0, 0), 0
+    for name, (chunks, itemsize) in layouts.items():
+        block = _block_bytes(chunks, itemsize, None)
+        roots = max(roots, block)
+        if 2 * block > biggest.footprint:  # a task reads about one block of its kind and writes one
+            biggest = Task(name.rsplit("-", 1)[0], tuple(max(a) for a in chunks), block, block)
+    sizes: dict[Any, int] = {}
+    from dask.core import flatten
+
+    for c in collections:
+        if hasattr(c, "chunks"):
+            for key in flatten(c.__dask_keys__()):
+                sizes[key] = _block_bytes(tuple(tuple(a) for a in c.chunks), c.dtype.itemsize, _name_index(key)[1])
+    return sizes, biggest, roots
+
+
+@dataclass(frozen=True)
+class Misfit:
+    """A worker the projection does not fit: what it has and what would fit (see :func:`misfit`)."""
+
+    worker: str
+    baseline: int
+    allowed: int
+    spill: int
+    chunk: int | None  # a task_chunk_size that would fit, bytes
+    limit: int  # a memory limit that would fit, bytes
+
+
+def misfit(projection: Projection, workers: dict[str, dict[str, Any]], *, pause: float,
+           max_spill: int | None) -> Misfit | None:
+    """The worker of ``workers`` (``scheduler_info()["workers"]``) the projection fits worst, if it does not fit.
+
+    A worker takes ``pause`` of its memory limit before it stops running tasks; less its baseline
+    (process memory now), that must hold the running tasks, and with what it may spill
+    (``max_spill`` bytes per worker, ``None``: none) the whole projection.
+    """
+    worst: Misfit | None = None
+    for address, w in workers.items():
+        limit = int(w.get("memory_limit") or 0)
+        if not limit:
+            continue
+        baseline = int((w.get("metrics") or {}).get("memory", 0))
+        allowed = int(pause * limit)
+        spill = max_spill or 0
+        room = allowed - baseline
+        if projection.running <= room and projection.per_worker <= room + spill:
+            continue
+        need = math.ceil((baseline + max(projection.per_worker - spill, projection.running)) / pause)
+        over = Misfit(address, baseline, allowed, spill, suggest_chunk(projection, room, spill), need)
+        if worst is None or over.limit - limit > worst.limit - int(workers[worst.worker].get("memory_limit") or 0):
+            worst = over
+    return worst
+
+
+def describe(projection: Projection, over: Misfit) -> str:
+    """One line: the layer, its chunk, the projected and allowed bytes (no fix; the caller names it)."""
+    from dask.utils import format_bytes as fb
+
+    t = projection.task
+    shape = "x".join(map(str, t.shape)) if t.shape else "?"
+    spill = f" + {fb(over.spill)} it may spill" if over.spill else ""
+    return (f"this graph is projected to need {fb(over.baseline + projection.per_worker)} on worker {over.worker} "
+            f"({fb(over.baseline)} in use + {fb(projection.per_worker)}: {projection.threads} thread(s) each running "
+            f"a task like '{t.layer}' (chunk {shape}, {fb(t.footprint)} of inputs and output), "
+            f"{fb(projection.sequential)} held at once) but it may use {fb(over.allowed)}{spill}")
+
+
+def require_fit(session: SessionLike, collections: list[Any]) -> Projection | None:
+    """Refuse (or warn of, per ``cluster.memory_check``) ``collections`` projected over a worker's memory.
+
+    Returns the projection (``None``: not checked: off, no workers with a limit, or no array graph).
+
+    Raises
+    ------
+    ConfigError
+        With ``cluster.memory_check: error``, naming the layer, its chunk, the projected and allowed
+        bytes, and the ``task_chunk_size`` or ``cluster.memory_limit`` that would fit.
+    """
+    mode = session.config.cluster.memory_check
+    workers = session.workers() if mode != "off" else {}
+    if not workers or not all(w.get("memory_limit") for w in workers.values()):
+        return None
+    import dask
+
+    saturation = float(dask.config.get("distributed.scheduler.worker-saturation", 1.1))
+    threads = max(int(w.get("nthreads", 1)) for w in workers.values())
+    projection = project(collections, workers=len(workers), threads=threads, saturation=saturation)
+    if projection is None:
+        return None
+    workers = _in_use_now(session, workers)
+    pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0
+    spill = configured_max_spill(session.backend.capabilities.owns_cluster)
+    over = misfit(projection, workers, pause=float(pause),
+                  max_spill=None if spill is None else (spill if spill is not False else _free_disk(len(workers))))
+    if over is None:
+        return projection
+    from dask.utils import format_bytes as fb
+
+    fix = f"{MEMORY_LIMIT}: {fb(over.limit).replace(' ', '')}"
+    fix = f"{TASK_CHUNK_SIZE}: {fb(over.chunk).replace(' ', '')} or {fix}" if over.chunk else fix
+    line = f"{describe(projection, over)}; {fix} would fit ({MEMORY_CHECK}: warn runs it anyway)"
+    if mode == "error":
+        raise ConfigError(line)
+    logger.warning("%s", line)
+    return projection
+
+
+def _free_disk(workers: int) -> int:
+    import shutil
+
+    import dask
+
+    return shutil.disk_usage(dask.config.get("temporary-directory") or "/tmp").free // max(1, workers)
+
+
+def _process_memory() -> int:
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
+def _in_use_now(session: SessionLike, workers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``workers`` with each one's process memory now: the heartbeat's may be from the last run's peak."""
+    try:
+        now = session.client.run(_process_memory)
+    except Exception:
+        logger.debug("worker memory from heartbeats", exc_info=True)
+        return workers
+    return {a: {**w, "metrics": {**(w.get("metrics") or {}), "memory": now.get(a, 0)}} for a, w in workers.items()}

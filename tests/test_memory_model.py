@@ -1,0 +1,143 @@
+"""The memory model: a graph's projected peak per worker, checked before it runs and measured after.
+
+The acceptance test is in the style of Cubed's ``test_mem_utilization``: on the process backend
+with a 256 MiB memory limit, each common array operation's measured peak (the worker's process
+memory at its highest during the compute, less its process memory just before) is at most the
+projection, and the projection at most 3 times it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+
+import dask.array as da
+import numpy as np
+import pytest
+from dask.utils import parse_bytes
+
+import openclaw_dask
+from openclaw_dask import memory_model
+from openclaw_dask.diagnostics.collect import collect
+from openclaw_dask.errors import ConfigError
+from openclaw_dask.memory_model import RESERVE, misfit, project
+
+MiB = 2**20
+SMALL = {"backend": "process", "workers": 1, "omp_threads": 2, "memory_limit": "256MiB"}
+
+
+def test_elementwise_projection_counts_results_inputs_and_threads():
+    x = da.ones((1024, 1024), chunks=(256, 1024))  # four 2 MiB blocks
+    one = project([x + 1], threads=1, saturation=1.0)
+    # dask's order: ones, add, ones, add, ...; the last add holds three results, its input and its own output
+    assert one.sequential == 10 * MiB and one.task.footprint == 4 * MiB and one.task.layer == "add"
+    assert one.per_worker == 10 * MiB + RESERVE and one.running == 4 * MiB + RESERVE
+    two = project([x + 1], threads=2, saturation=1.1)  # a second thread's task, and ceil(2.2) - 2 queued roots
+    assert two.per_worker == one.per_worker + 4 * MiB + 2 * MiB
+    assert project([x + 1], workers=2, threads=1, saturation=1.0).per_worker == 5 * MiB + RESERVE
+
+
+def test_chunk_reductions_hold_a_chunk_not_their_layer_annotation():
+    x = da.ones((1024, 1024), chunks=(256, 1024))
+    p = project([x.sum(axis=0)], threads=1, saturation=1.0)
+    assert p.task.output == 1024 * 8 and p.sequential < 2 * MiB + 64 * 1024  # a block in, a row out
+
+
+def test_tree_reductions_count_the_concatenated_inputs():
+    x = da.ones((1024, 1024), chunks=(256, 256))
+    p = project([(x @ x).sum()], threads=1, saturation=1.0)
+    assert p.task.temporary >= p.task.output > 0  # matmul's partial sums add pairwise into new arrays
+
+
+def test_no_array_no_projection():
+    assert project([], threads=2) is None and project([object()]) is None
+
+
+def test_misfit_names_the_worker_and_a_chunk_that_fits():
+    workers = {"tcp://127.0.0.1:1": {"memory_limit": 256 * MiB, "nthreads": 2, "metrics": {"memory": 80 * MiB}}}
+    p = project([(da.ones((4096, 4096), chunks=(2048, 4096)) + 1).sum()], threads=2)  # 64 MiB chunks
+    over = misfit(p, workers, pause=0.8, max_spill=None)
+    assert over is not None and over.allowed == int(0.8 * 256 * MiB) and over.baseline == 80 * MiB
+    assert over.chunk is not None and over.chunk < 64 * MiB
+    rows = over.chunk // (8 * 4096)
+    smaller = project([(da.ones((4096, 4096), chunks=(rows, 4096)) + 1).sum()], threads=2)
+    assert misfit(smaller, workers, pause=0.8, max_spill=None) is None  # the suggested chunk fits
+    assert misfit(p, {"w": {**workers["tcp://127.0.0.1:1"], "memory_limit": over.limit}}, pause=0.8,
+                  max_spill=None) is None  # and so does the suggested limit
+    kept = project([da.ones((4096, 4096), chunks=(2048, 4096)) + 1], threads=2)  # 128 MiB of results
+    assert kept.results == 128 * MiB and misfit(kept, workers, pause=0.8, max_spill=None).chunk is None
+    assert misfit(kept, workers, pause=0.8, max_spill=256 * MiB).chunk is not None  # results may spill
+
+
+@pytest.fixture(scope="module")
+def small():
+    with openclaw_dask.session(**SMALL) as s:
+        yield s
+
+
+def _rss(s):
+    return next(iter(s.client.run(memory_model._process_memory).values()))
+
+
+def _ops():
+    x = da.random.random((4096, 1024), chunks=(512, 1024))  # 32 MiB in 4 MiB chunks
+    y = da.random.random((4096, 1024), chunks=(512, 1024))
+    return {
+        "elementwise": lambda: x * 2 + y, "sum": lambda: x.sum(axis=0), "mean": lambda: x.mean(),
+        "std": lambda: x.std(axis=1), "matmul": lambda: x.T @ y, "transpose": lambda: x.T + 1,
+        "rechunk": lambda: x.rechunk((4096, 128)), "concatenate": lambda: da.concatenate([x, y]),
+        "map_overlap": lambda: x.map_overlap(lambda b: b + 1, depth=4), "cumsum": lambda: x.cumsum(axis=0),
+        "argmax": lambda: x.argmax(axis=0), "reshape": lambda: x.reshape(-1),
+    }
+
+
+def test_measured_peak_within_projection(small):
+    rows = []
+    for name, make in _ops().items():
+        graph = make()  # built here: a rechunk chooses p2p with the session's client
+        before = _rss(small)
+        with collect(small) as record:
+            projected = memory_model.require_fit(small, [graph])
+            small.compute(graph)
+        (worker,) = record.workers.values()
+        measured = worker.peak_memory - before
+        rows.append((name, projected.per_worker / MiB, measured / MiB, measured / projected.per_worker))
+    table = "\n".join(f"| {n} | {p:.1f} | {m:.1f} | {r:.2f} |" for n, p, m, r in rows)
+    print("\n| operation | projected MiB | measured MiB | measured / projected |\n" + table)
+    assert all(m <= p for _, p, m, _ in rows), table
+    assert all(p <= 3 * m for _, p, m, _ in rows), table
+
+
+def test_over_the_limit_is_refused_before_any_task_runs_and_the_named_chunk_runs(small, tmp_path):
+    def touch(block):
+        (tmp_path / "ran").write_text("a task ran")
+        return block + 1
+
+    big = small.array((8192, 4096), "float64", fill="random", chunks=((4096, 4096), (4096,)))  # two 128 MiB chunks
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError) as e:
+        small.compute(big.map_blocks(touch, meta=np.empty((0, 0))).sum())  # meta given: touch runs only as a task
+    assert time.perf_counter() - t0 < 1.0 and not (tmp_path / "ran").exists()
+    line = str(e.value)
+    assert "\n" not in line and "'touch'" in line and "chunk 4096x4096" in line and "may use 204.80 MiB" in line
+    chunk = re.search(r"parallel\.task_chunk_size: (\S+) or cluster\.memory_limit: (\S+) would fit", line)
+    assert chunk, line
+    with openclaw_dask.session(**{**SMALL, "task_chunk_size": chunk[1]}) as s:
+        x = s.array((8192, 4096), "float64", fill="random")
+        assert max(x.chunks[0]) * 4096 * 8 <= parse_bytes(chunk[1])
+        with collect(s) as record:
+            total = s.compute(x.map_blocks(lambda b: b + 1).sum())
+        assert 0.5 * x.size < total < 1.5 * x.size + 1
+        assert next(iter(record.workers.values())).peak_memory < 256 * MiB
+
+
+@pytest.mark.parametrize("mode", ["warn", "off"])
+def test_memory_check_warn_runs_and_off_projects_nothing(mode, caplog):
+    caplog.set_level(logging.WARNING, logger="openclaw_dask")
+    with openclaw_dask.session(**{**SMALL, "memory_check": mode}) as s:
+        big = da.random.random((8192, 4096), chunks=(4096, 4096)).sum()  # never computed: projected over the limit
+        projected = memory_model.require_fit(s, [big])  # what compute and persist call first
+        assert (projected is None) == (mode == "off")
+        assert s.compute(s.from_array(np.ones((64, 64))).sum()) == 64 * 64
+    assert ("is projected to need" in caplog.text) == (mode == "warn")
