@@ -12,9 +12,11 @@ a worker's measured baseline (its process memory before the run) is added by the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import operator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from openclaw_dask.cluster import SessionLike
 
 __all__ = ["MAX_WALK_TASKS", "RESERVE", "Misfit", "Projection", "Task", "describe", "misfit", "project", "require_fit",
-           "suggest_chunk"]
+           "suggest_chunk", "watched"]
 
 logger = logging.getLogger("openclaw_dask.memory")
 
@@ -436,6 +438,7 @@ def require_fit(session: SessionLike, collections: list[Any]) -> Projection | No
     over = misfit(projection, workers, pause=float(pause),
                   max_spill=None if spill is None else (spill if spill is not False else _free_disk(len(workers))))
     if over is None:
+        _tell(projection, workers)
         return projection
     from dask.utils import format_bytes as fb
 
@@ -445,7 +448,28 @@ def require_fit(session: SessionLike, collections: list[Any]) -> Projection | No
     if mode == "error":
         raise ConfigError(line)
     logger.warning("%s", line)
+    _tell(projection, workers)
     return projection
+
+
+_WATCHERS: list[Callable[[dict[str, int]], None]] = []
+
+
+@contextlib.contextmanager
+def watched(callback: Callable[[dict[str, int]], None]) -> Iterator[None]:
+    """While the block runs, ``callback`` gets each graph's projected peak per worker address (baseline included),
+    as :func:`require_fit` lets it run (the profiler compares it with the measured peak)."""
+    _WATCHERS.append(callback)
+    try:
+        yield
+    finally:
+        _WATCHERS.remove(callback)
+
+
+def _tell(projection: Projection, workers: dict[str, dict[str, Any]]) -> None:
+    peaks = {a: int((w.get("metrics") or {}).get("memory", 0)) + projection.per_worker for a, w in workers.items()}
+    for callback in _WATCHERS:
+        callback(peaks)
 
 
 def _free_disk(workers: int) -> int:

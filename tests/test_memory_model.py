@@ -19,6 +19,7 @@ from dask.utils import parse_bytes
 
 import openclaw_dask
 from openclaw_dask import memory_model
+from openclaw_dask.diagnostics.analysis import analyze
 from openclaw_dask.diagnostics.collect import collect
 from openclaw_dask.errors import ConfigError
 from openclaw_dask.memory_model import RESERVE, misfit, project
@@ -141,3 +142,23 @@ def test_memory_check_warn_runs_and_off_projects_nothing(mode, caplog):
         assert (projected is None) == (mode == "off")
         assert s.compute(s.from_array(np.ones((64, 64))).sum()) == 64 * 64
     assert ("is projected to need" in caplog.text) == (mode == "warn")
+
+
+def _hog(block):
+    scratch = np.ones(40 * MiB // 8)  # a temporary the chunks do not show: 40 MiB, touched
+    return block + scratch[0]
+
+
+def test_profile_shows_projected_peak_and_names_a_graph_over_it(small):
+    x = da.ones((1024, 1024), chunks=(256, 1024))  # 2 MiB chunks
+    with collect(small) as fits:
+        small.compute((x + 1).sum())
+    report = analyze(fits)
+    (worker,) = report.workers
+    assert fits.projected_graphs == fits.graphs == 1
+    assert 0 < worker.peak_memory <= worker.projected_memory and "memory-model" not in report.kinds()
+    with collect(small) as hogs:
+        small.compute(x.map_blocks(_hog, meta=np.empty((0, 0))).sum())
+    (verdict,) = [v for v in analyze(hogs).verdicts if v.kind == "memory-model"]
+    assert verdict.evidence["peak_memory"] > verdict.evidence["projected_memory"] > 0
+    assert "above the" in verdict.summary and verdict.overrides == {}

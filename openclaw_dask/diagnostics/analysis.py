@@ -69,7 +69,7 @@ class Verdict:
         is not a configuration change (in the user's code, or not computable from the run).
     """
 
-    kind: str  # load-imbalance | data-skew | stragglers | outside-tasks | overhead-bound | memory-pressure | transfer-bound
+    kind: str  # load-imbalance | data-skew | stragglers | outside-tasks | overhead-bound | memory-pressure | memory-model | transfer-bound
     summary: str
     evidence: dict[str, Any]
     fix: str
@@ -89,6 +89,7 @@ class WorkerStats:
     bytes_out: int
     peak_memory: int
     memory_limit: int
+    projected_memory: int = 0  # the most memory_model projected before the run's graphs (0: none projected)
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,7 @@ def _worker_stats(record: RunRecord, wall: float) -> list[WorkerStats]:
                 address=address, nthreads=w.nthreads, tasks=len(mine), busy_s=busy,
                 idle_s=max(0.0, wall * w.nthreads - busy), utilization=busy / (wall * max(1, w.nthreads)),
                 bytes_computed=sum(t.nbytes for t in mine), bytes_in=w.bytes_in, bytes_out=w.bytes_out,
-                peak_memory=w.peak_memory, memory_limit=w.memory_limit,
+                peak_memory=w.peak_memory, memory_limit=w.memory_limit, projected_memory=record.projected.get(address, 0),
             )
         )
     return out
@@ -226,6 +227,7 @@ def analyze(record: RunRecord, *, chunk_hint: int | None = None) -> ProfileRepor
     report.verdicts += _outside(record, wall)
     report.verdicts += _overhead(record, by_group, chunk_hint)
     report.verdicts += _memory(report.workers, record, chunk_hint)
+    report.verdicts += _memory_model(report.workers, record)
     report.verdicts += _transfer(tasks, report.workers, shareable=not record.in_process and _one_local_host(report.workers))
     return report
 
@@ -586,6 +588,24 @@ def _memory(workers: list[WorkerStats], record: RunRecord, chunk_hint: int | Non
             )
         )
     return out
+
+
+def _memory_model(workers: list[WorkerStats], record: RunRecord) -> list[Verdict]:
+    """Workers that peaked above the memory projected before the run, when every graph of the run was projected."""
+    if not record.projected or record.projected_graphs < record.graphs:
+        return []  # a graph the model did not see can account for the difference
+    return [
+        Verdict(
+            "memory-model",
+            f"worker {w.address} peaked at {format_bytes(w.peak_memory)}, above the {format_bytes(w.projected_memory)} "
+            "projected before the run from its graphs' chunks (docs/memory.md)",
+            {"worker": w.address, "peak_memory": w.peak_memory, "projected_memory": w.projected_memory},
+            "the tasks allocate more than their chunks show (a function's temporaries, a library's copies): "
+            f"lower {TASK_CHUNK_SIZE} to leave room for them, or read docs/memory.md for what the model counts",
+            {},
+        )
+        for w in workers if w.projected_memory and w.peak_memory > w.projected_memory
+    ]
 
 
 def _one_local_host(workers: list[WorkerStats]) -> bool:

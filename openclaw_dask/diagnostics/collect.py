@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from openclaw_dask import memory_model
 from openclaw_dask.cluster import running_of
 from openclaw_dask.cluster.running import Recorder
 
@@ -106,6 +107,8 @@ class RunRecord:
     layouts: list[ChunkLayout] = field(default_factory=list)
     graphs: int = 0  # graphs submitted (computes, persists)
     graph_bytes: int = 0  # data embedded in the graphs' task specs
+    projected: dict[str, int] = field(default_factory=dict)  # worker -> the most memory_model projected for it
+    projected_graphs: int = 0  # graphs projected before they ran (Session.compute/persist)
     aside: list[tuple[str, float, float]] = field(default_factory=list)  # (label, start, stop): client work that is not the run
 
     @property
@@ -312,8 +315,14 @@ def collect(session: SessionLike) -> Iterator[RunRecord]:
                        in_process=backend.capabilities.in_process, engine=str(session.engine))
 
     with watch_aside(lambda label, start, stop: record.aside.append((label, start, stop))), \
-            running_of(session).record(_Recorder(record)):
+            memory_model.watched(lambda peaks: _projected(record, peaks)), running_of(session).record(_Recorder(record)):
         yield record
+
+
+def _projected(record: RunRecord, peaks: dict[str, int]) -> None:
+    record.projected_graphs += 1
+    for address, peak in peaks.items():
+        record.projected[address] = max(peak, record.projected.get(address, 0))
 
 
 @contextmanager

@@ -97,7 +97,7 @@ def recovery_line(workers_lost: int | None, tasks_recomputed: int | None, failur
 
 
 _WORKER_COLS = (Col("worker x threads", wrap=True, justify="left"), Col("tasks"), Col("busy"), Col("idle"), Col("util"),
-                Col("computed"), Col("in"), Col("out"), Col("peak mem"))
+                Col("computed"), Col("in"), Col("out"), Col("peak mem"), Col("projected"))
 _GROUP_COLS = (Col("group", wrap=True, justify="left"), Col("count"), Col("total"), Col("p50"), Col("p95"), Col("max"),
                Col("chunk p50"), Col("chunk max"))
 
@@ -108,7 +108,8 @@ def print_profile(report: Any) -> None:
 
     console = _console()
     workers = [(escape(f"{_short(w.address)} x{w.nthreads}"), str(w.tasks), _t(w.busy_s), _t(w.idle_s), f"{w.utilization:.0%}",
-                _b(w.bytes_computed), _b(w.bytes_in), _b(w.bytes_out), _b(w.peak_memory)) for w in report.workers]
+                _b(w.bytes_computed), _b(w.bytes_in), _b(w.bytes_out), _b(w.peak_memory),
+                _b(w.projected_memory) if w.projected_memory else "-") for w in report.workers]
     print_table(console, f"openclaw profile: {report.n_tasks} tasks, {report.wall_s:.2f} s, backend {report.backend}",
                 _WORKER_COLS, workers)
     if report.engine:
