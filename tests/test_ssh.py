@@ -209,11 +209,13 @@ def _no_remote_left(servers: Servers, timeout: float = 10) -> None:
     assert not left, left
 
 
-def test_plan_is_pure_and_spreads_the_workers():
+def test_plan_is_pure_and_spreads_the_workers(tmp_path):
     from openclaw_dask import load_config
 
+    (tmp_path / "known_hosts").write_text("")
     config = load_config(None, {"parallel.backend": "ssh", "ssh.hosts": "a,bob@b", "parallel.workers": 5,
-                                "parallel.omp_threads": 2, "cluster.allow_insecure_bind": True})
+                                "parallel.omp_threads": 2, "cluster.allow_insecure_bind": True,
+                                "ssh.known_hosts": str(tmp_path / "known_hosts")})
     plan = declared("ssh").plan(config)
     assert [w["n_workers"] for w in plan["workers"]] == [3, 2]
     assert plan["scheduler"]["address"] == "a" and plan["scheduler"]["options"]["host"] == "a"
@@ -243,12 +245,15 @@ def _session(ssh: Servers, tmp_path: Path, **keys: object) -> dict:
     ({"parallel.communication": "ucx"}, "parallel.communication", "tcp:// or tls://"),
     ({"elastic.adaptive": True}, "elastic.adaptive", "adaptive scaling"),
     ({"parallel.backend": "process"}, "ssh.hosts", "describes the hosts of backend ssh"),
+    ({"ssh.known_hosts": "no/such/file"}, "ssh.known_hosts", "no such file"),
 ])
-def test_what_ssh_cannot_honour_is_refused_in_one_line(keys, key, says):
+def test_what_ssh_cannot_honour_is_refused_in_one_line(tmp_path, keys, key, says):
     from openclaw_dask import load_config
     from openclaw_dask.errors import ConfigError
 
-    base = {"parallel.backend": "ssh", "ssh.hosts": "a,b", "parallel.workers": 2, "cluster.allow_insecure_bind": True}
+    (tmp_path / "known_hosts").write_text("")
+    base = {"parallel.backend": "ssh", "ssh.hosts": "a,b", "parallel.workers": 2, "cluster.allow_insecure_bind": True,
+            "ssh.known_hosts": str(tmp_path / "known_hosts")}
     with pytest.raises(ConfigError) as e:
         load_config(None, {**base, **keys})
     assert e.value.key == key and says in str(e.value) and "\n" not in str(e.value), str(e.value)
@@ -308,6 +313,17 @@ def test_errors_are_one_line_naming_the_host(ssh, keys, code, says):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], r.stderr
     assert "Traceback" not in r.stderr + r.stdout
+    _no_remote_left(ssh)
+
+
+def test_a_failing_script_leaves_no_remote_process(ssh, tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text("import openclaw_dask\n"
+                      "s = openclaw_dask.session()\n"
+                      "assert len(s.workers()) == 2\n"
+                      "raise RuntimeError('planted failure')\n")
+    r = _openclaw(ssh, "run", str(script), *ssh.sets(**{"parallel.workers": 2}))
+    assert r.returncode == 1 and "planted failure" in r.stderr, (r.returncode, r.stdout, r.stderr)
     _no_remote_left(ssh)
 
 

@@ -25,6 +25,7 @@ cannot import openclaw_dask and distributed is one line naming the host and the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shlex
 from dataclasses import dataclass
@@ -123,10 +124,21 @@ def _key_paths(config: Config) -> list[str]:
     return out
 
 
-def _connect_options(config: Config, host: Host) -> dict[str, Any]:
-    """The keywords of ``asyncssh.connect`` for ``host`` (plain data)."""
+def _known_hosts(config: Config) -> str:
+    """``ssh.known_hosts`` as an absolute path, checked to exist (asyncssh would call a missing one unreachable)."""
     known = config.resolve_path("ssh.known_hosts")
     assert known is not None
+    if not known.is_file():
+        host, port = config.ssh.hosts[0].rpartition("@")[2] if config.ssh.hosts else "HOST", config.ssh.ssh_port
+        raise ConfigError.at(config, "ssh.known_hosts", f"no such file ({known})", hint="log in to each host once with "
+                             f"ssh -p {port} {host}, or add its key with ssh-keyscan -p {port} {host} >> {known} after "
+                             "checking its fingerprint")
+    return str(known)
+
+
+def _connect_options(config: Config, host: Host) -> dict[str, Any]:
+    """The keywords of ``asyncssh.connect`` for ``host`` (plain data)."""
+    known = _known_hosts(config)
     options: dict[str, Any] = {"port": config.ssh.ssh_port, "known_hosts": str(known),
                                "connect_timeout": config.parallel.timeout}
     keys = _key_paths(config)
@@ -155,6 +167,7 @@ class SshBackend(Backend):
         hosts = hosts_of(config)
         _workers_per_host(config, len(hosts))
         _key_paths(config)
+        _known_hosts(config)
         p = config.parallel
         if p.communication not in ("auto", "tcp", "tls"):
             raise ConfigError.at(config, "parallel.communication", "SSH hosts are joined by tcp:// or tls:// addresses",
@@ -210,8 +223,6 @@ class SshBackend(Backend):
 
     def start(self, config: Config) -> RunningCluster:
         """Probe every host, start the scheduler and the workers over SSH, and connect a client."""
-        import contextlib
-
         from distributed import Client
 
         from openclaw_dask.cluster.local import _first_cause, _interruptible
@@ -228,6 +239,7 @@ class SshBackend(Backend):
                 raise ClusterStartError(f"could not start the ssh cluster on {', '.join(config.ssh.hosts)} "
                                         f"({_first_cause(e)}); run openclaw doctor to check each host") from e
             undo.callback(cluster.close)
+            _drain(cluster)
             try:
                 client = Client(cluster, timeout=config.parallel.timeout, security=security)
             except Exception as e:
@@ -255,6 +267,22 @@ def _spec(plan: dict[str, Any], cores: dict[str, int], config: Config) -> tuple[
             "address": w["address"], "connect_options": w["connect_options"], "kwargs": {**w["options"], "n_workers": n},
             "remote_python": w["remote_python"]}}
     return scheduler, workers
+
+
+def _drain(cluster: Any) -> None:
+    """Keep reading what the remote processes write (their logs, at DEBUG here).
+
+    SSHCluster reads each one's output only until it has started; unread, the SSH channel's
+    window fills and the remote process blocks on its next log line.
+    """
+    async def drain(proc: Any, host: str) -> None:
+        with contextlib.suppress(Exception):  # the connection closes with the cluster
+            async for line in proc.stderr:
+                logger.debug("%s: %s", host, line.rstrip())
+
+    for part in (cluster.scheduler, *cluster.workers.values()):
+        if getattr(part, "proc", None) is not None:
+            cluster.loop.add_callback(drain, part.proc, part.address)
 
 
 def _cluster(spec: tuple[dict[str, Any], dict[str, Any]], security: Any) -> Any:
