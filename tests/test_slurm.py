@@ -20,6 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -34,6 +35,14 @@ pytestmark = [pytest.mark.timeout(240)]
 
 PARTITION = os.environ.get("OPENCLAW_TEST_SLURM_PARTITION", "compute")
 NODE_CPUS = 8
+# argv: NAMESPACE PROGRAM ARGS...; joins the network namespace, then becomes PROGRAM (same pid)
+ENTER = """
+import ctypes, os, shutil, sys
+with open("/run/netns/" + sys.argv[1]) as ns:
+    if ctypes.CDLL(None, use_errno=True).setns(ns.fileno(), 0x40000000) != 0:  # CLONE_NEWNET
+        sys.exit(f"setns {sys.argv[1]}: {os.strerror(ctypes.get_errno())}")
+os.execv(shutil.which(sys.argv[2]) or sys.argv[2], sys.argv[2:])
+"""
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel")
 SMALL = ["--set", "parallel.backend=slurm", "--set", "workload.size=16MiB", "--set", "workload.repeat=1",
          "--set", "cluster.memory_limit=512MiB", "--set", "slurm.walltime=5m"]
@@ -52,8 +61,12 @@ class Slurm:
         return {"SLURM_CONF": str(self.root / "slurm.conf")}
 
     def argv(self, *argv: str) -> list[str]:
-        # nsenter, not `ip netns exec`, which mounts a /sys of its own without the cgroups slurmd reads
-        return ["nsenter", f"--net=/run/netns/{self.netns}", *argv]
+        """``argv`` run in the namespace: a Python that joins it and then execs the program, keeping its pid.
+
+        Neither ``ip netns exec`` (it mounts a /sys of its own, without the cgroups slurmd reads) nor
+        ``nsenter`` (it forks here, and keeps a Ctrl-C meant for the program) would do.
+        """
+        return [sys.executable, "-c", ENTER, self.netns, *argv]
 
     def run(self, *argv: str, timeout: float = 30, stdin: str | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv(*argv), capture_output=True, text=True, timeout=timeout, input=stdin,
@@ -84,8 +97,8 @@ def _why_not() -> str | None:
         return f"needs Slurm and munge ({', '.join(missing)} not found; apt-get install slurm-wlm munge)"
     if os.geteuid() != 0:
         return "a test Slurm runs slurmd as root (it starts jobs as their users)"
-    if shutil.which("ip") is None or shutil.which("nsenter") is None:
-        return "needs ip (iproute2) and nsenter for the Slurm daemons' own network namespace"
+    if shutil.which("ip") is None:
+        return "needs ip (iproute2) for the Slurm daemons' own network namespace"
     return None
 
 
@@ -159,8 +172,7 @@ def one_node_slurm(partition: str = PARTITION) -> Iterator[Slurm]:
     finally:
         if made_ns:
             with contextlib.suppress(Exception):
-                subprocess.run(["nsenter", f"--net=/run/netns/{netns}", "scancel", "--full", "-u", "root"], timeout=15, check=False,
-                               env={**os.environ, "SLURM_CONF": str(root / "slurm.conf")}, capture_output=True)
+                Slurm(root, netns, partition).run("scancel", "--full", "-u", "root", timeout=15)
         _stop(procs)
         if made_ns:
             subprocess.run(["ip", "netns", "del", netns], timeout=15, check=False, capture_output=True)
@@ -273,11 +285,11 @@ def test_array_sum_runs_in_two_jobs_and_leaves_none(slurm, tmp_path):
 def test_ctrl_c_exits_130_and_leaves_no_job(slurm, tmp_path):
     log = tmp_path / "run.log"
     proc = slurm.popen(str(BIN / "openclaw"), "run", "array-sum", *SMALL, "--set", "parallel.workers=1",
-                       "--set", "workload.size=256MiB", "--set", "workload.repeat=50", log=log)
+                       "--set", "workload.straggler=60s", "--set", "parallel.task_chunk_size=4MiB", log=log)  # chunk 2 of 4 sleeps
     try:
         _wait(lambda: any(state == "RUNNING" for _, _, state in slurm.jobs()) or proc.poll() is not None, 60,
               "no worker job ran", slurm)
-        time.sleep(3)  # the worker has joined and the run is computing
+        time.sleep(3)  # the worker has joined and the straggler is sleeping
         proc.send_signal(signal.SIGINT)
         proc.wait(60)
     finally:

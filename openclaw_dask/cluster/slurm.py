@@ -166,9 +166,9 @@ class SlurmBackend(Backend):
 
     def start(self, config: Config) -> RunningCluster:
         """Start the scheduler here, submit the worker jobs, and wait until their workers have joined."""
-        from dask_jobqueue import SLURMCluster
         from distributed import Client
 
+        SLURMCluster = _jobqueue().SLURMCluster
         kwargs = self.plan(config)
         kwargs["security"] = security_for(config)
         if config.slurm.log_directory:
@@ -197,6 +197,26 @@ class SlurmCluster(DistributedCluster):
         ids = _job_ids(self.cluster)
         super().close()
         _scancel(ids)
+
+
+def _jobqueue() -> Any:
+    """``dask_jobqueue``, imported with this process's Ctrl-C handler kept.
+
+    Its ``runner`` module, imported with the package, sets SIGINT to ``sys.exit()``: Ctrl-C would
+    end a run with status 0 and no word, instead of openclaw's one line and 130.
+    """
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGINT) if main else None
+    try:
+        import dask_jobqueue
+        import dask_jobqueue.slurm
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, before)
+    return dask_jobqueue
 
 
 def _first_line(error: BaseException) -> str:
@@ -250,9 +270,8 @@ def job_script(config: Config) -> str:
     The scheduler's address is known only once a session starts it: the script shows
     :data:`PLACEHOLDER` there.
     """
-    from dask_jobqueue.slurm import SLURMJob
-
     SlurmBackend().available()
+    SLURMJob = _jobqueue().slurm.SLURMJob
     kwargs = SlurmBackend().plan(config)
     job = {k: v for k, v in kwargs.items() if k not in ("n_workers", "scheduler_options", "silence_logs", "security")}
     if kwargs["security"] is not None:
