@@ -54,18 +54,26 @@ LogLevel INFO
 
 # Run inside host0: array-sum in a session of backend ssh, then what the workers say of themselves.
 CLIENT = r'''
-import json, sys
-import dask
+import json, logging, sys, time
 import openclaw_dask
 from openclaw_dask.workloads import WORKLOADS
 
+heard = []  # what the remote processes wrote after they started, as the session logs it
+handler = logging.Handler()
+handler.emit = lambda record: heard.append(record.getMessage())
 with openclaw_dask.session(**json.loads(sys.argv[1])) as s:
+    logging.getLogger("openclaw_dask.cluster").addHandler(handler)
+    logging.getLogger("openclaw_dask.cluster").setLevel("DEBUG")
+    s.client.run(lambda: logging.getLogger("distributed.worker").warning("a worker's log line"))
     result = WORKLOADS["array-sum"](s)
     info = s.client.run(lambda dask_worker: {"blas": __import__("os").environ.get("OMP_NUM_THREADS"),
                                              "local_directory": dask_worker.local_directory,
                                              "memory_limit": dask_worker.memory_manager.memory_limit})
     scheduler = s.client.scheduler_info()["address"]
-    print(json.dumps({"ok": result.ok, "scheduler": scheduler, "info": info,
+    deadline = time.monotonic() + 10
+    while sum("a worker's log line" in m for m in heard) < len(info) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print(json.dumps({"ok": result.ok, "scheduler": scheduler, "info": info, "heard": heard,
                       "workers": {a: {"host": w["host"], "nthreads": w["nthreads"]} for a, w in s.workers().items()}}))
 '''
 
@@ -269,6 +277,8 @@ def test_array_sum_runs_on_workers_of_both_hosts(ssh, tmp_path):
     hosts_of = sorted(w["host"] for w in out["workers"].values())
     assert hosts_of == [HOST1, HOST1, HOST2], out["workers"]  # 3 workers: 2 on the first host, 1 on the second
     assert all(a.startswith(f"tcp://{w['host']}:") and w["nthreads"] == 2 for a, w in out["workers"].items()), out
+    heard = [m for m in out["heard"] if "a worker's log line" in m]  # each host's output is read (and logged at DEBUG)
+    assert sorted(m.partition(":")[0] for m in heard) == [HOST1, HOST1, HOST2], out["heard"]  # one line per worker
     for info in out["info"].values():  # the process backend's shape: omp_threads task threads, one BLAS thread
         assert info["blas"] == "1" and info["memory_limit"] == 2**30, info
         assert info["local_directory"].startswith(str(spill)), info

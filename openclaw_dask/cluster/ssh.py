@@ -278,7 +278,8 @@ def _drain(cluster: Any) -> None:
     async def drain(proc: Any, host: str) -> None:
         with contextlib.suppress(Exception):  # the connection closes with the cluster
             async for line in proc.stderr:
-                logger.debug("%s: %s", host, line.rstrip())
+                if line.strip():
+                    logger.debug("%s: %s", host, line.rstrip())
 
     for part in (cluster.scheduler, *cluster.workers.values()):
         if getattr(part, "proc", None) is not None:
