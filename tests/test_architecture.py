@@ -255,7 +255,7 @@ def test_a_backend_from_another_package_runs_array_sum(plugin_site):
 
 def test_a_plugin_backend_is_listed_checked_and_refused_like_a_builtin(plugin_site):
     r = _openclaw(plugin_site, "run", "--set", "parallel.backend=tiny", "--set", "parallel.hybrid=true")
-    assert r.returncode == 2 and "use backend process, mpi or kubernetes (backend is tiny)" in r.stderr
+    assert r.returncode == 2 and "use backend process, mpi, kubernetes, ssh or slurm (backend is tiny)" in r.stderr
     code = "from openclaw_dask.cluster import available_backends; print(available_backends()['tiny'])"
     env = {**os.environ, "PYTHONPATH": str(plugin_site)}
     listed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)

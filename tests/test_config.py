@@ -27,6 +27,8 @@ from openclaw_dask.config.model import (
     KubernetesConfig,
     MonitoringConfig,
     SecurityConfig,
+    SlurmConfig,
+    SshConfig,
     setting,
 )
 from openclaw_dask.config.schema import SECTION_CLASSES, TYPED_SECTIONS, declared_keys, key_by_name
@@ -54,9 +56,9 @@ def test_every_key_is_its_fields_declaration():
     from openclaw_dask.config.reference import config_reference
     from openclaw_dask.config.template import yaml_text
 
-    classes = (ParallelConfig, ClusterConfig, GpuConfig, WorkloadConfig, IoConfig, ElasticConfig, KubernetesConfig, FaultToleranceConfig,
-               MonitoringConfig, SecurityConfig)
-    assert tuple(SECTION_CLASSES.values()) == classes and TYPED_SECTIONS == tuple(f.name for f in dataclasses.fields(Config))[:10]
+    classes = (ParallelConfig, ClusterConfig, GpuConfig, WorkloadConfig, IoConfig, ElasticConfig, KubernetesConfig, SlurmConfig,
+               SshConfig, FaultToleranceConfig, MonitoringConfig, SecurityConfig)
+    assert tuple(SECTION_CLASSES.values()) == classes and TYPED_SECTIONS == tuple(f.name for f in dataclasses.fields(Config))[:12]
     assert [k.dotted for k in KEYS] == [f"{s}.{f.name}" for s, c in zip(TYPED_SECTIONS, classes) for f in dataclasses.fields(c)]
     hints = {s: typing.get_type_hints(c) for s, c in zip(TYPED_SECTIONS, classes)}
     docs, defaults = config_reference(), packaged_defaults()
@@ -327,12 +329,12 @@ def test_dataflow_keys_are_accepted(key, value):
 @pytest.mark.parametrize(
     ("overrides", "needle"),
     [
-        ({"hybrid": True}, "hybrid gives each worker process omp_threads BLAS/OpenMP threads: use backend process, mpi or kubernetes"),
+        ({"hybrid": True}, "hybrid gives each worker process omp_threads BLAS/OpenMP threads: use backend process, mpi, kubernetes, ssh or slurm"),
         ({"backend": "mpi", "prometheus": True}, "the MPI scheduler runs in rank 0"),
         ({"backend": "kubernetes"}, "backend kubernetes needs a number of worker pods"),
         ({"communication": "tls"}, "TLS needs certificates; set security.temporary_certificates=true or security.cert_file"),
         ({"backend": "process", "communication": "inproc"}, "inproc works only within one process"),
-        ({"omp_threads": 2}, "apply to backends process, mpi and kubernetes"),
+        ({"omp_threads": 2}, "apply to backends process, mpi, kubernetes, ssh and slurm"),
         ({"backend": "remote"}, "needs the address of a running dask-scheduler"),
         ({"scheduler_address": "tcp://127.0.0.1:8786"}, "used only with backend remote"),
         ({"backend": "remote", "scheduler_address": "tcp://127.0.0.1:1", "memory_limit": "1GiB"}, "set by whoever started"),
@@ -388,7 +390,7 @@ def test_odd_inputs_give_one_clear_error(tmp_path):
         cfg(path=bad)
 
 
-@pytest.mark.parametrize(("doc", "count"), [("docs/deploy.md", 7), ("docs/monitoring.md", 1), ("docs/gpu.md", 1)])
+@pytest.mark.parametrize(("doc", "count"), [("docs/deploy.md", 9), ("docs/monitoring.md", 1), ("docs/gpu.md", 1)])
 def test_every_config_in_the_docs_loads(tmp_path, doc, count):
     blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / doc).read_text(), re.DOTALL)
     configs = [b for b in blocks if yaml.safe_load(b) and set(yaml.safe_load(b)) <= {*TYPED_SECTIONS, "dask"}]

@@ -263,7 +263,7 @@ def test_what_ssh_cannot_honour_is_refused_in_one_line(tmp_path, keys, key, says
     base = {"parallel.backend": "ssh", "ssh.hosts": "a,b", "parallel.workers": 2, "cluster.allow_insecure_bind": True,
             "ssh.known_hosts": str(tmp_path / "known_hosts")}
     with pytest.raises(ConfigError) as e:
-        load_config(None, {**base, **keys})
+        declared("ssh").plan(load_config(None, {**base, **keys}))  # files are checked by plan (at start), the rest at load
     assert e.value.key == key and says in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 

@@ -165,9 +165,7 @@ class SshBackend(Backend):
     def check(self, config: Config) -> None:
         super().check(config)
         hosts = hosts_of(config)
-        _workers_per_host(config, len(hosts))
-        _key_paths(config)
-        _known_hosts(config)
+        _workers_per_host(config, len(hosts))  # the key files are checked when the session starts (plan), as TLS files are
         p = config.parallel
         if p.communication not in ("auto", "tcp", "tls"):
             raise ConfigError.at(config, "parallel.communication", "SSH hosts are joined by tcp:// or tls:// addresses",
@@ -210,9 +208,10 @@ class SshBackend(Backend):
                 "workers": workers, "tls": tls_plan(config)}
 
     def describe(self, config: Config) -> list[str]:
-        plan = self.plan(config)
-        spread = ", ".join(f"{w['host']}: {w['n_workers']}" for w in plan["workers"])
-        return [f"scheduler on {plan['scheduler']['host']}; worker processes of {task_threads(config)} thread(s) per host: {spread}"]
+        hosts = hosts_of(config)
+        per_host = _workers_per_host(config, len(hosts)) or ["auto"] * len(hosts)
+        spread = ", ".join(f"{h}: {n}" for h, n in zip(hosts, per_host))
+        return [f"scheduler on {hosts[0]}; worker processes of {task_threads(config)} thread(s) per host: {spread}"]
 
     def dask_settings(self, config: Config) -> dict[str, Any]:
         # This process's dask config travels to every host: a spill folder made here means nothing there.
