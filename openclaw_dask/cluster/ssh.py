@@ -209,7 +209,8 @@ class SshBackend(Backend):
 
     def describe(self, config: Config) -> list[str]:
         hosts = hosts_of(config)
-        per_host = _workers_per_host(config, len(hosts)) or ["auto"] * len(hosts)
+        counts = _workers_per_host(config, len(hosts))
+        per_host = [str(n) for n in counts] if counts is not None else ["auto"] * len(hosts)
         spread = ", ".join(f"{h}: {n}" for h, n in zip(hosts, per_host))
         return [f"scheduler on {hosts[0]}; worker processes of {task_threads(config)} thread(s) per host: {spread}"]
 
