@@ -1,13 +1,15 @@
-"""Project the peak memory per worker of a dask array graph before it runs (pure; see ``docs/memory.md``).
+"""Project the peak memory per worker of a dask array graph before it runs (see ``docs/memory.md``).
 
 Every array layer carries its chunks in ``collection_annotations``: from them each task's output
-bytes are known, and a task's footprint is its inputs plus its output. The graph is then walked in
-dask's own priority order (:func:`dask.order.order`, the order workers run ready tasks in), keeping
-each output until its last dependent has run, and the results to the end: the most held at once is
-the *sequential peak*. A worker with ``T`` threads runs ``T`` tasks at once and may hold
-``ceil(worker-saturation * T)`` queued root tasks' outputs, so on top of its share of the sequential
-peak it holds up to ``T - 1`` more task footprints and the extra roots. That is the projection;
-a worker's measured baseline (its process memory before the run) is added by the caller.
+bytes are known, and a task's footprint is its inputs, its output and its known temporaries. The
+graph is then run on paper on the cluster's threads in rounds, each round starting the
+highest-priority ready tasks of :func:`dask.order.order` (the order workers run ready tasks in),
+keeping each output until its last reader has run and the results to the end: the most held at once,
+shared among the workers, plus the outputs of the root tasks distributed's ``worker-saturation``
+sends a worker beyond its threads, plus one biggest footprint for each thread but one (threads drift
+apart: one runs ahead while another finishes a long task), plus a reserve, is the projection (:func:`project`,
+:func:`misfit`: pure). A worker's measured baseline (its process memory before the run) is added by
+:func:`require_fit`, the sessions' check.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ __all__ = ["MAX_WALK_TASKS", "RESERVE", "Misfit", "Projection", "Task", "describ
 
 logger = logging.getLogger("openclaw_dask.memory")
 
-RESERVE = 8 * 2**20  # per worker: task state, messages and allocator slack that no chunk size shows
-MAX_WALK_TASKS = 50_000  # a bigger graph is projected from a sample of each layer, to stay well under a second
+RESERVE = 4 * 2**20  # per worker: task state, messages and allocator slack that no chunk size shows
+MAX_WALK_TASKS = 10_000  # a bigger graph is projected from its layers' chunks alone, to stay under a second
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,8 @@ class Projection:
         Projected peak bytes on each worker above its baseline (includes :data:`RESERVE`).
     running
         Of it, the bytes that cannot be spilled: ``threads`` running tasks, roots and the reserve.
-    sequential
-        The most the graph holds at once when its tasks run one at a time in dask's order.
+    held
+        The most the graph holds at once, all workers together, its tasks run on their threads in dask's order.
     results
         Of it, each worker's share of the results (held to the end, whatever the chunk size).
     task
@@ -73,12 +75,12 @@ class Projection:
     tasks, workers, threads
         Tasks in the graph, and the workers and threads per worker projected for.
     walked
-        Whether the whole graph was walked (else sampled: an estimate of ``sequential``).
+        Whether the whole graph was walked (else projected from its layers' chunks: an estimate).
     """
 
     per_worker: int
     running: int
-    sequential: int
+    held: int
     results: int
     task: Task
     chunk: int
@@ -98,24 +100,27 @@ def project(collections: list[Any], *, workers: int = 1, threads: int = 1, satur
     if graph is None:
         return None
     layouts, results = graph
+    workers, threads = max(1, workers), max(1, threads)
     dsk, count = _tasks(collections)
+    slots = workers * threads
     if count <= MAX_WALK_TASKS:
         ordered = _toposorted(dsk)
-        sized = _sizes(dsk, ordered, layouts, threads)
+        sized = _sizes(dsk, ordered, layouts)
         kept = sum(sized.sizes.get(k, 0) for k in set(results))
-        biggest, roots, concurrent = sized.biggest, sized.roots, max(sized.layers.values(), key=sum, default=[0])
-        sequential = _walk(dsk, ordered, sized, results)
+        biggest, roots = sized.biggest, sized.roots
+        held, busy = _walk(dsk, ordered, sized, results, slots)
     else:
         sizes, biggest, roots = _sampled(collections, layouts)
         kept = sum(sizes.get(k, 0) for k in results)
-        sequential = kept + biggest.footprint
-        concurrent = [biggest.footprint] * threads
-    workers, threads = max(1, workers), max(1, threads)
-    queued = 0 if math.isinf(saturation) else max(0, math.ceil(saturation * threads) - threads)
-    running = sum(concurrent) + queued * roots  # threads running a layer's biggest tasks, and queued roots
-    share = max(-(-sequential // workers), biggest.footprint)
+        held = busy = slots * biggest.footprint
+        held += kept
+    # roots sent to a worker beyond its threads: their outputs can wait for consumers the scheduler sends later
+    queued = (0 if math.isinf(saturation) else max(0, math.ceil(saturation * threads) - threads)) * roots
+    running = max(-(-busy // workers), biggest.footprint) + queued + RESERVE
     chunk = max((_block_bytes(c, i, None) for c, i in layouts.values()), default=0)
-    return Projection(share + running - biggest.footprint + RESERVE, running + RESERVE, sequential,
+    # the rounds keep threads in step; real ones drift apart, one running ahead while another finishes a long task
+    drift = (threads - 1) * biggest.footprint
+    return Projection(max(-(-held // workers), biggest.footprint) + drift + queued + RESERVE, running, held,
                       -(-kept // workers), biggest, chunk, count, workers, threads, count <= MAX_WALK_TASKS)
 
 
@@ -161,7 +166,7 @@ def _graph(collections: list[Any]) -> tuple[dict[str, Layout], list[Any]] | None
 def _tasks(collections: list[Any]) -> tuple[dict[Any, Any], int]:
     """The tasks of the array collections (empty when there are too many to walk) and how many there are."""
     graphs = [c.__dask_graph__() for c in collections if hasattr(c, "chunks") and hasattr(c, "__dask_graph__")]
-    count = sum(len(layer) for g in graphs for layer in getattr(g, "layers", {}).values())
+    count = sum(_layer_tasks(layer) for g in graphs for layer in getattr(g, "layers", {}).values())
     if count > MAX_WALK_TASKS:
         return {}, count
     from dask._task_spec import convert_legacy_graph
@@ -170,6 +175,12 @@ def _tasks(collections: list[Any]) -> tuple[dict[Any, Any], int]:
     for g in graphs:
         merged.update(g)
     return convert_legacy_graph(merged), count
+
+
+def _layer_tasks(layer: Any) -> int:
+    """Tasks in ``layer``: a block each, counted from its chunks without making its tasks."""
+    chunks = (getattr(layer, "collection_annotations", None) or {}).get("chunks")
+    return math.prod(len(a) for a in chunks) if chunks else len(layer)
 
 
 def _name_index(key: Any) -> tuple[str, tuple[Any, ...]]:
@@ -253,14 +264,11 @@ def _output(key: Any, task: Any, deps: list[Any], layouts: dict[str, Layout], si
     return None, max((sizes[d] for d in deps), default=0)  # no layout: as big as its biggest input (an estimate)
 
 
-def _sizes(dsk: dict[Any, Any], ordered: list[Any], layouts: dict[str, Layout], threads: int) -> _Sizes:
-    """Each task's output and temporary bytes, the task with the biggest footprint, the biggest root output,
-    and each layer's ``threads`` biggest footprints (what its tasks hold when they run at once)."""
-    import heapq
-
+def _sizes(dsk: dict[Any, Any], ordered: list[Any], layouts: dict[str, Layout]) -> _Sizes:
+    """Each task's output, temporary bytes and footprint, the task with the biggest footprint, the biggest root output."""
     from dask.utils import key_split
 
-    out = _Sizes({}, {}, set(), Task("", None, 0, 0), 0, {})
+    out = _Sizes({}, {}, {}, set(), Task("", None, 0, 0), 0)
     shapes: dict[Any, tuple[int, ...] | None] = {}
     for key in ordered:
         task, deps = dsk[key], _inside(dsk, key)
@@ -277,10 +285,7 @@ def _sizes(dsk: dict[Any, Any], ordered: list[Any], layouts: dict[str, Layout], 
             out.temporary[key] = inputs  # the inputs concatenated into one array before the function runs
         elif temporaries := max((_TEMPORARIES.get(f, (0, 0)) for f in functions), default=(0, 0)):
             out.temporary[key] = temporaries[0] * inputs + temporaries[1] * size
-        footprint = inputs + size + out.temporary.get(key, 0)
-        if key not in out.barriers:
-            top = out.layers.setdefault(key_split(key), [])
-            (heapq.heappush if len(top) < threads else heapq.heappushpop)(top, footprint)
+        footprint = out.footprints[key] = inputs + size + out.temporary.get(key, 0)
         if key not in out.barriers and footprint > out.biggest.footprint:
             shape = shapes[max(deps, key=out.sizes.__getitem__)] if inputs > size else shapes[key]  # the bigger chunk
             out.biggest = Task(key_split(key), shape, inputs, size, out.temporary.get(key, 0))
@@ -292,18 +297,19 @@ def _sizes(dsk: dict[Any, Any], ordered: list[Any], layouts: dict[str, Layout], 
 _CONCATENATING = frozenset({"_concatenate2", "concatenate_axes"})
 # dask's chunk functions that allocate arrays as big as their inputs, and how many at once:
 # (times the inputs, times the output): moment_chunk (var, std) holds ``A - mean`` and its power;
-# _chunk_sum (matmul) adds its inputs pairwise, a new sum each time
-_TEMPORARIES = {"moment_chunk": (2, 0), "_chunk_sum": (0, 1)}
+# _chunk_sum (matmul) adds its inputs pairwise, a new sum each time; arg_chunk (argmax, argmin): NumPy
+# copies the block to make the reduced axis the last
+_TEMPORARIES = {"moment_chunk": (2, 0), "_chunk_sum": (0, 1), "arg_chunk": (1, 0)}
 
 
 @dataclass
 class _Sizes:
     sizes: dict[Any, int]
     temporary: dict[Any, int]
+    footprints: dict[Any, int]
     barriers: set[Any]
     biggest: Task
     roots: int
-    layers: dict[str, list[int]]
 
 
 def _inside(dsk: dict[Any, Any], key: Any) -> list[Any]:
@@ -318,27 +324,44 @@ def _toposorted(dsk: dict[Any, Any]) -> list[Any]:
     return sorted(dsk, key=priority.__getitem__)
 
 
-def _walk(dsk: dict[Any, Any], ordered: list[Any], sized: _Sizes, results: list[Any]) -> int:
-    """The most bytes held at once running ``dsk`` one task at a time in dask's order, results kept."""
-    waiting: dict[Any, int] = dict.fromkeys(dsk, 0)
-    for key in dsk:
-        for d in _inside(dsk, key):
-            waiting[d] += 1
+def _walk(dsk: dict[Any, Any], ordered: list[Any], sized: _Sizes, results: list[Any], slots: int) -> tuple[int, int]:
+    """Run ``dsk`` on ``slots`` threads in rounds, each starting the highest-priority ready tasks (dask's order):
+    the most bytes held at once (results kept to the end), and the most the tasks of one round held running."""
+    import heapq
+
+    rank = {k: i for i, k in enumerate(ordered)}
+    deps = {k: _inside(dsk, k) for k in dsk}
+    readers: dict[Any, list[Any]] = {k: [] for k in dsk}
+    for key, ds in deps.items():
+        for d in ds:
+            readers[d].append(key)
+    unread, missing = {k: len(r) for k, r in readers.items()}, {k: len(ds) for k, ds in deps.items()}
+    ready = [rank[k] for k, ds in deps.items() if not ds]
+    heapq.heapify(ready)
     kept, sizes = set(results), sized.sizes
-    held = peak = 0
-    for key in ordered:
-        moved = key in sized.barriers  # takes over its inputs' bytes: released before its own are counted
-        for d in _inside(dsk, key) if moved else ():
-            held -= sizes[d] if waiting[d] == 1 and d not in kept else 0
-        held += sizes[key]
-        peak = max(peak, held + sized.temporary.get(key, 0))
-        for d in _inside(dsk, key):
-            waiting[d] -= 1
-            if not waiting[d] and d not in kept and not moved:
-                held -= sizes[d]
-        if not waiting[key] and key not in kept:  # nothing reads it
-            held -= sizes[key]
-    return peak
+    held = peak = busy = 0
+
+    def read(key: Any) -> int:  # the bytes freed now that ``key``'s inputs have one reader fewer
+        freed = 0
+        for d in deps[key]:
+            unread[d] -= 1
+            freed += sizes[d] if not unread[d] and d not in kept else 0
+        return freed
+
+    while ready:
+        batch = [ordered[heapq.heappop(ready)] for _ in range(min(slots, len(ready)))]
+        held -= sum(read(k) for k in batch if k in sized.barriers)  # takes over its inputs' bytes
+        held += sum(sizes[k] + sized.temporary.get(k, 0) for k in batch)
+        peak, busy = max(peak, held), max(busy, sum(sized.footprints[k] for k in batch))
+        held -= sum(sized.temporary.get(k, 0) for k in batch)
+        held -= sum(read(k) for k in batch if k not in sized.barriers)
+        for key in batch:
+            held -= sizes[key] if not unread[key] and key not in kept else 0  # nothing reads it
+            for r in readers[key]:
+                missing[r] -= 1
+                if not missing[r]:
+                    heapq.heappush(ready, rank[r])
+    return peak, busy
 
 
 def _sampled(collections: list[Any], layouts: dict[str, Layout]) -> tuple[dict[Any, int], Task, int]:
@@ -403,11 +426,15 @@ def describe(projection: Projection, over: Misfit) -> str:
 
     t = projection.task
     shape = "x".join(map(str, t.shape)) if t.shape else "?"
-    spill = f" + {fb(over.spill)} it may spill" if over.spill else ""
+    tasks = (f"{projection.threads} thread(s) running tasks like '{t.layer}' (chunk {shape}, "
+             f"{fb(t.footprint)} of inputs and output)")
+    if over.baseline + projection.running > over.allowed:  # what no spilling can make room for
+        return (f"this graph's running tasks are projected to need {fb(over.baseline + projection.running)} on worker "
+                f"{over.worker} ({fb(over.baseline)} in use + {tasks} and queued roots, which cannot be spilled) "
+                f"but it may use {fb(over.allowed)}")
     return (f"this graph is projected to need {fb(over.baseline + projection.per_worker)} on worker {over.worker} "
-            f"({fb(over.baseline)} in use + {fb(projection.per_worker)}: {projection.threads} thread(s) each running "
-            f"a task like '{t.layer}' (chunk {shape}, {fb(t.footprint)} of inputs and output), "
-            f"{fb(projection.sequential)} held at once) but it may use {fb(over.allowed)}{spill}")
+            f"({fb(over.baseline)} in use + {fb(projection.per_worker)}: {tasks}, {fb(projection.held)} held at once) "
+            f"but it may use {fb(over.allowed)}" + (f" and spill {fb(over.spill)}" if over.spill else ""))
 
 
 def require_fit(session: SessionLike, collections: list[Any]) -> Projection | None:

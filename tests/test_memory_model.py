@@ -22,7 +22,7 @@ from openclaw_dask import memory_model
 from openclaw_dask.diagnostics.analysis import analyze
 from openclaw_dask.diagnostics.collect import collect
 from openclaw_dask.errors import ConfigError
-from openclaw_dask.memory_model import RESERVE, misfit, project
+from openclaw_dask.memory_model import RESERVE, describe, misfit, project
 
 MiB = 2**20
 SMALL = {"backend": "process", "workers": 1, "omp_threads": 2, "memory_limit": "256MiB"}
@@ -32,17 +32,19 @@ def test_elementwise_projection_counts_results_inputs_and_threads():
     x = da.ones((1024, 1024), chunks=(256, 1024))  # four 2 MiB blocks
     one = project([x + 1], threads=1, saturation=1.0)
     # dask's order: ones, add, ones, add, ...; the last add holds three results, its input and its own output
-    assert one.sequential == 10 * MiB and one.task.footprint == 4 * MiB and one.task.layer == "add"
+    assert one.held == 10 * MiB and one.task.footprint == 4 * MiB and one.task.layer == "add"
     assert one.per_worker == 10 * MiB + RESERVE and one.running == 4 * MiB + RESERVE
-    two = project([x + 1], threads=2, saturation=1.1)  # a second thread's task, and ceil(2.2) - 2 queued roots
-    assert two.per_worker == one.per_worker + 4 * MiB + 2 * MiB
-    assert project([x + 1], workers=2, threads=1, saturation=1.0).per_worker == 5 * MiB + RESERVE
+    # two threads: two ones, then two adds, at once (the last round holds 12 MiB); ceil(2.2) - 2 queued roots
+    two = project([x + 1], threads=2, saturation=1.1)
+    assert two.held == 12 * MiB and two.per_worker == 12 * MiB + 4 * MiB + 2 * MiB + RESERVE  # and one drifting task
+    assert two.running == 2 * 4 * MiB + 2 * MiB + RESERVE
+    assert project([x + 1], workers=2, threads=1, saturation=1.0).per_worker == 6 * MiB + RESERVE  # an even share
 
 
 def test_chunk_reductions_hold_a_chunk_not_their_layer_annotation():
     x = da.ones((1024, 1024), chunks=(256, 1024))
     p = project([x.sum(axis=0)], threads=1, saturation=1.0)
-    assert p.task.output == 1024 * 8 and p.sequential < 2 * MiB + 64 * 1024  # a block in, a row out
+    assert p.task.output == 1024 * 8 and p.held < 2 * MiB + 64 * 1024  # a block in, a row out
 
 
 def test_tree_reductions_count_the_concatenated_inputs():
@@ -66,9 +68,11 @@ def test_misfit_names_the_worker_and_a_chunk_that_fits():
     assert misfit(smaller, workers, pause=0.8, max_spill=None) is None  # the suggested chunk fits
     assert misfit(p, {"w": {**workers["tcp://127.0.0.1:1"], "memory_limit": over.limit}}, pause=0.8,
                   max_spill=None) is None  # and so does the suggested limit
-    kept = project([da.ones((4096, 4096), chunks=(2048, 4096)) + 1], threads=2)  # 128 MiB of results
-    assert kept.results == 128 * MiB and misfit(kept, workers, pause=0.8, max_spill=None).chunk is None
-    assert misfit(kept, workers, pause=0.8, max_spill=256 * MiB).chunk is not None  # results may spill
+    kept = project([da.ones((4096, 4096), chunks=(512, 4096)) + 1], threads=2)  # 128 MiB of results, 16 MiB chunks
+    over = misfit(kept, workers, pause=0.8, max_spill=None)
+    assert kept.results == 128 * MiB and over.chunk is None  # the results alone do not fit: no chunk size helps
+    assert describe(kept, over).startswith("this graph is projected to need ") and "held at once" in describe(kept, over)
+    assert misfit(kept, workers, pause=0.8, max_spill=256 * MiB) is None  # unless they may spill
 
 
 @pytest.fixture(scope="module")
@@ -77,13 +81,27 @@ def small():
         yield s
 
 
+@pytest.fixture(scope="module")
+def by_threads(small):
+    with openclaw_dask.session(**{**SMALL, "omp_threads": 1}) as single:
+        yield {1: single, 2: small}
+
+
+def _held_tasks(dask_worker):
+    return len(dask_worker.state.tasks)
+
+
 def _rss(s):
+    """The worker's process memory once it holds no task of an earlier compute (results are released after it returns)."""
+    deadline = time.monotonic() + 10
+    while any(s.client.run(_held_tasks).values()) and time.monotonic() < deadline:
+        time.sleep(0.01)
     return next(iter(s.client.run(memory_model._process_memory).values()))
 
 
 def _ops():
-    x = da.random.random((4096, 1024), chunks=(512, 1024))  # 32 MiB in 4 MiB chunks
-    y = da.random.random((4096, 1024), chunks=(512, 1024))
+    x = da.random.random((4096, 1024), chunks=(1024, 1024))  # 32 MiB in 8 MiB chunks
+    y = da.random.random((4096, 1024), chunks=(1024, 1024))
     return {
         "elementwise": lambda: x * 2 + y, "sum": lambda: x.sum(axis=0), "mean": lambda: x.mean(),
         "std": lambda: x.std(axis=1), "matmul": lambda: x.T @ y, "transpose": lambda: x.T + 1,
@@ -93,19 +111,21 @@ def _ops():
     }
 
 
-def test_measured_peak_within_projection(small):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_measured_peak_within_projection(threads, by_threads):
+    s = by_threads[threads]
     rows = []
     for name, make in _ops().items():
         graph = make()  # built here: a rechunk chooses p2p with the session's client
-        before = _rss(small)
-        with collect(small) as record:
-            projected = memory_model.require_fit(small, [graph])
-            small.compute(graph)
+        before = _rss(s)
+        with collect(s) as record:
+            projected = memory_model.require_fit(s, [graph])
+            s.compute(graph)
         (worker,) = record.workers.values()
         measured = worker.peak_memory - before
         rows.append((name, projected.per_worker / MiB, measured / MiB, measured / projected.per_worker))
     table = "\n".join(f"| {n} | {p:.1f} | {m:.1f} | {r:.2f} |" for n, p, m, r in rows)
-    print("\n| operation | projected MiB | measured MiB | measured / projected |\n" + table)
+    print(f"\n{threads} thread(s)\n| operation | projected MiB | measured MiB | measured / projected |\n" + table)
     assert all(m <= p for _, p, m, _ in rows), table
     assert all(p <= 3 * m for _, p, m, _ in rows), table
 
@@ -122,6 +142,7 @@ def test_over_the_limit_is_refused_before_any_task_runs_and_the_named_chunk_runs
     assert time.perf_counter() - t0 < 1.0 and not (tmp_path / "ran").exists()
     line = str(e.value)
     assert "\n" not in line and "'touch'" in line and "chunk 4096x4096" in line and "may use 204.80 MiB" in line
+    assert "cannot be spilled" in line
     chunk = re.search(r"parallel\.task_chunk_size: (\S+) or cluster\.memory_limit: (\S+) would fit", line)
     assert chunk, line
     with openclaw_dask.session(**{**SMALL, "task_chunk_size": chunk[1]}) as s:
@@ -141,7 +162,7 @@ def test_memory_check_warn_runs_and_off_projects_nothing(mode, caplog):
         projected = memory_model.require_fit(s, [big])  # what compute and persist call first
         assert (projected is None) == (mode == "off")
         assert s.compute(s.from_array(np.ones((64, 64))).sum()) == 64 * 64
-    assert ("is projected to need" in caplog.text) == (mode == "warn")
+    assert ("projected to need" in caplog.text) == (mode == "warn")
 
 
 def _hog(block):

@@ -592,8 +592,8 @@ def _memory(workers: list[WorkerStats], record: RunRecord, chunk_hint: int | Non
 
 def _memory_model(workers: list[WorkerStats], record: RunRecord) -> list[Verdict]:
     """Workers that peaked above the memory projected before the run, when every graph of the run was projected."""
-    if not record.projected or record.projected_graphs < record.graphs:
-        return []  # a graph the model did not see can account for the difference
+    if not record.projected or record.projected_graphs < record.graphs or record.in_process:
+        return []  # a graph the model did not see, or the client's own work in the workers' process, can account for it
     return [
         Verdict(
             "memory-model",

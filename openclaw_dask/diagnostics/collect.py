@@ -253,7 +253,8 @@ def _drop_task_stream(dask_scheduler: Any) -> None:
 
 def _worker_start(dask_worker: Any) -> dict[str, Any]:
     return {
-        "high_water": _reset_high_water(),
+        # a worker process of its own (a nanny's): in-process workers share their peak with the client's work
+        "high_water": bool(getattr(dask_worker, "nanny", None)) and _reset_high_water(),
         "count": dask_worker.monitor.count,
         "out": dask_worker.transfer_outgoing_bytes_total,
         "spilled": _spilled(dask_worker),

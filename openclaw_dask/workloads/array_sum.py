@@ -19,6 +19,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from openclaw_dask import memory_model
 from openclaw_dask.cluster import running_of
 from openclaw_dask.cluster.stall import stall_watch
 from openclaw_dask.progress import track_persist
@@ -149,6 +150,7 @@ def _generated(session: SessionLike, n: int, chunks: tuple[int, ...], progress: 
     x = session.array((n,), "float64", fill="arange", chunks=(chunks,))
     if straggler > 0:
         x = da.map_blocks(_straggle, x, straggler, len(chunks) // 2, dtype=x.dtype, name="openclaw-straggle")
+    memory_model.require_fit(session, [x])  # as Session.persist does: refused before a task runs when it cannot fit
     with stall_watch(session):  # workers paused at their memory limit, nothing moving: ends after parallel.timeout
         return track_persist(running_of(session), x, "generating array", show=progress)
 
