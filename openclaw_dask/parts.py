@@ -52,6 +52,7 @@ def build(stack: contextlib.ExitStack, config: Config, backend: Backend, metrics
         one_blas_thread=backend.capabilities.in_process,
         # the client starts no server, so no preload sizes its sockets
         sized_sockets=config.parallel.socket_buffer_size is not None and backend.capabilities.socket_buffers,
+        spawns_workers=backend.capabilities.worker_processes and backend.capabilities.local_memory,
     )
     owner = object()
     stack.enter_context(PROCESS.holding(owner, layer))

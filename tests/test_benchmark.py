@@ -202,11 +202,12 @@ def test_quick_suite_writes_three_reports_and_flags_tiny_chunks(quick_run):
 def test_compare_against_itself_reports_no_regression(quick_run):
     r, out = quick_run
     assert r.returncode == 0, r.stderr
-    # rerunning is what a user does; comparing the report with itself must say "same" everywhere
+    # rerunning is what a user does; a report compared with itself is never faster or slower, and with
+    # 2 runs a row (too few for the test to decide anything) it is undecided, not "same"
     from openclaw_dask.diagnostics.benchmark import load_report
 
     report = load_report(out / "report.json")
-    assert {c["status"] for c in compare(report, load_report(out / "report.json"))} == {"same"}
+    assert {c["status"] for c in compare(report, load_report(out / "report.json"))} == {"undecided"}
     inline = report._repr_html_()  # a notebook cell ending with the report shows its plots, offline
     assert inline.startswith("<iframe srcdoc=") and "Speedup over the serial scheduler" in inline and "cdn.bokeh.org" not in inline
     assert regressions(report, 0) == []

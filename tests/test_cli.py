@@ -244,7 +244,9 @@ WRITERS = {  # command -> (argv for an output path, the file it writes there)
     "init": (lambda p: ["init", str(p)], lambda p: p),
     "profile --apply-fix": (lambda p: ["profile", *_QUICK, "--apply-fix", str(p)], lambda p: p),
     "profile --html": (lambda p: ["profile", *_QUICK, "--html", str(p)], lambda p: p),
-    "tune --write": (lambda p: ["tune", "array-sum", *_QUICK, "--budget", "1s", "--write", str(p)], lambda p: p),
+    # tune writes only a config better with confidence: one with tiny chunks planted, and time to show it
+    "tune --write": (lambda p: ["tune", "array-sum", "--size", "4MiB", "--set", "workload.repeat=1", "--set",
+                                "parallel.task_chunk_size=16KiB", "--budget", "8s", "--write", str(p)], lambda p: p),
     "benchmark --out": (lambda p: ["benchmark", "--suite", "smoke", "--repeat", "1", "--out", str(p)], lambda p: p / "report.json"),
 }
 

@@ -18,8 +18,9 @@ EXPECTED = {"workload.skew": "data-skew", "workload.straggler": "stragglers", "p
 
 
 def _examples() -> list[str]:
-    return [line.strip() for line in invoke("profile", "--help").stdout.splitlines()
-            if line.strip().startswith("openclaw profile ")]
+    """The help's example commands, each joined from its continued lines (``\\`` at a line's end)."""
+    text = invoke("profile", "--help").stdout.replace("\\\n", " ")
+    return [" ".join(line.split()) for line in text.splitlines() if line.strip().startswith("openclaw profile ")]
 
 
 def test_the_help_shows_one_example_per_planted_problem():

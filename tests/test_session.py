@@ -345,3 +345,8 @@ def test_cluster_settings_are_the_cluster_s_keywords_and_the_environment_comes_b
     after = dict(os.environ)
     assert {k: (before.get(k), after.get(k)) for k in set(before) | set(after)
             if before.get(k) != after.get(k) and k != "__DASK_PARENT_PID"} == {}
+    with openclaw_dask.session(backend="thread", workers=1):  # an older open session whose engine spawns nothing
+        with openclaw_dask.session(backend="process", workers=1) as s:
+            s.compute(s.array((10,), fill="ones").sum())
+        inner = dict(os.environ)
+    assert {k for k in set(before) | set(inner) if before.get(k) != inner.get(k) and k != "__DASK_PARENT_PID"} == set()

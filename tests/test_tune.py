@@ -189,3 +189,18 @@ def test_cli_writes_a_valid_config_that_differs_only_in_tuned_keys(tmp_path):
 
 def test_a_bad_budget_is_a_usage_error():
     assert_one_line_error(invoke("tune", "--budget", "soon"), 2, "--budget soon: not a duration")
+
+
+def test_every_trial_reloads_the_caller_s_set_values_typed_and_whole():
+    """tune passed each --set value on as its source label's text: '1' for workload.repeat failed every
+    trial (ConfigError: must be an integer, got '1'), and a value over 40 characters came back cut."""
+    from openclaw_dask.cli._app import load
+    from openclaw_dask.diagnostics.tune import _run_overrides
+    from openclaw_dask.loading import load_checked
+
+    long = [f"mypackage.module_{i}" for i in range(4)]
+    sets = ("workload.repeat=1", "parallel.timeout=10s", "parallel.task_chunk_size=1MiB", f"cluster.preload={long}")
+    cfg = load(None, sets)
+    again = load_checked(None, _run_overrides(cfg), override_label="tune")
+    for key in ("workload.repeat", "parallel.timeout", "parallel.task_chunk_size", "cluster.preload"):
+        assert again.get(key) == cfg.get(key), key

@@ -51,8 +51,10 @@ def profile(target: str, script_args: tuple[str, ...], config_path: str | None, 
     Plant a problem to see its verdict (data-skew, stragglers, overhead-bound), on any machine:
 
     \b
-      openclaw profile --size 256MiB -s parallel.task_chunk_size=16MiB -s workload.skew=10
-      openclaw profile --size 256MiB -s parallel.task_chunk_size=16MiB -s workload.straggler=1s
+      openclaw profile --size 256MiB -s workload.skew=10 \\
+          -s parallel.task_chunk_size=16MiB
+      openclaw profile --size 256MiB -s workload.straggler=1s \\
+          -s parallel.task_chunk_size=16MiB
       openclaw profile --size 64MiB -s parallel.task_chunk_size=64KiB
 
     Many chunks, so one 10x bigger or 1 s slower stands out and costs the run time. Then

@@ -56,6 +56,8 @@ class Layer:
         malloc keeps freed memory for reuse (dask's local schedulers; :mod:`~openclaw_dask.cluster.heap`).
     sized_sockets
         distributed's ``tcp`` comm backend is :class:`~openclaw_dask.cluster.sockets.SizedTCPBackend`.
+    spawns_workers
+        Nannies in this process spawn worker processes, writing their variables into its environment.
     """
 
     dask: Mapping[str, Any] = field(default_factory=dict)
@@ -63,6 +65,7 @@ class Layer:
     one_blas_thread: bool = False
     heap_reuse: bool = False
     sized_sockets: bool = False
+    spawns_workers: bool = False
 
 
 class ProcessState:
@@ -93,9 +96,12 @@ class ProcessState:
             yield
         finally:
             with self._lock:
-                if len(self._layers) == 1:  # the last cluster is closed: no nanny will spawn again
-                    self._restore_environ()
+                closing = [lay for o, lay in self._layers if o is owner]
                 self._layers = [(o, lay) for o, lay in self._layers if o is not owner]
+                # no open session's nannies will spawn again: what they wrote into the environment goes
+                if not any(lay.spawns_workers for _, lay in self._layers) and (
+                        not self._layers or any(lay.spawns_workers for lay in closing)):
+                    self._restore_environ(closing)
                 self._apply()
 
     def update(self, owner: object, layer: Layer) -> None:
@@ -118,19 +124,20 @@ class ProcessState:
         with self._lock:
             return self._found if self._layers else dask.config.config
 
-    def _restore_environ(self) -> None:
+    def _restore_environ(self, closing: list[Layer]) -> None:
         """Put back the variables nannies wrote into this process's environment (and only those)."""
         import dask
 
         spawned = set(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
         prefix = "distributed.nanny.pre-spawn-environ."
-        spawned.update(k[len(prefix):] for _, layer in self._layers for k in layer.dask if k.startswith(prefix))
+        spawned.update(k[len(prefix):] for layer in closing for k in layer.dask if k.startswith(prefix))
         for key in (*spawned, *_NANNY_ENV):
             if key in self._environ:
                 os.environ[key] = self._environ[key]
             else:
                 os.environ.pop(key, None)
-        self._environ = {}
+        if not self._layers:
+            self._environ = {}
 
     def _apply(self) -> None:
         top = self._layers[-1][1] if self._layers else None

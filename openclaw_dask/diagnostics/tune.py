@@ -206,7 +206,10 @@ def measure(config: Any, target: str, overrides: dict[str, Any], samples: int, s
 
 def _run_overrides(config: Any) -> dict[str, Any]:
     """What the caller set on top of the file (--set, --size): every trial keeps it, under the tuned keys."""
-    return {k: src.partition("=")[2] for k, src in config.sources.items() if src.startswith("--set ")}  # as typed
+    from openclaw_dask.config.model import plain
+
+    # the typed value, as plain data: a source label is shortened and redacted, and its text is a string
+    return {k: plain(config.get(k)) for k, src in config.sources.items() if src.startswith("--set ")}
 
 
 def tune(config: Any, target: str = "array-sum", *, script_args: tuple[str, ...] = (), budget_s: float = 120.0,
