@@ -341,3 +341,41 @@ def test_a_worker_job_cancelled_mid_run_still_gives_the_exact_sum(slurm, tmp_pat
     result = _json_result(text)
     assert result["ok"] is True and result["failures_recovered"] >= 1, result
     _wait(lambda: slurm.jobs() == [], 15, "jobs left after the run", slurm)
+
+
+def _doctor_rows(r: subprocess.CompletedProcess) -> list[dict]:
+    return [c for c in json.loads(r.stdout)["checks"] if c["area"] == "slurm"]
+
+
+def test_doctor_finds_the_controller_the_partition_and_munge(slurm):
+    base = ("doctor", "--json", "--set", "parallel.backend=slurm", "--set", "parallel.workers=1",
+            "--set", "cluster.memory_limit=512MiB")
+    rows = _doctor_rows(slurm.openclaw(*base, "--set", f"slurm.partition={slurm.partition}"))
+    assert [c["status"] for c in rows] == ["ok", "ok", "ok"], rows
+    assert "munge made a credential and read it back" in rows[2]["found"], rows
+    r = slurm.openclaw(*base, "--set", "slurm.partition=nosuch")
+    rows = _doctor_rows(r)
+    assert rows[1]["status"] == "fail" and "nosuch" in rows[1]["found"] and slurm.partition in rows[1]["fix"], rows
+    start = [c for c in json.loads(r.stdout)["checks"] if c["area"] == "start-up"]
+    assert "sbatch refused the worker jobs" in start[0]["found"] and "Invalid partition" in start[0]["found"], start
+
+
+def test_a_job_sbatch_refuses_is_one_line_not_a_wait(slurm):
+    r = slurm.openclaw("run", "array-sum", *SMALL, "--set", "parallel.workers=1", "--set", "slurm.partition=nosuch", timeout=60)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "sbatch refused the worker jobs" in r.stderr and "Invalid partition name" in r.stderr, r.stderr
+    assert slurm.jobs() == []
+
+
+def test_doctor_says_when_no_controller_answers(tmp_path, monkeypatch):
+    if shutil.which("sinfo") is None:
+        pytest.skip("needs Slurm's commands (apt-get install slurm-wlm)")
+    from openclaw_dask.cluster.slurm import probe
+    from openclaw_dask.config import load_config
+
+    conf = tmp_path / "slurm.conf"  # a controller on a loopback port where none listens
+    conf.write_text("ClusterName=none\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort=9\nMessageTimeout=1\n"
+                    "NodeName=localhost CPUs=1\nPartitionName=p Nodes=localhost\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    rows = probe(load_config(None, {"parallel.backend": "slurm", "parallel.workers": 1, "parallel.timeout": "2s"}))
+    assert len(rows) == 1 and rows[0][0] == "fail" and "did not answer sinfo" in rows[0][1], rows

@@ -174,16 +174,17 @@ class SlurmBackend(Backend):
         if config.slurm.log_directory:
             Path(config.resolve_path("slurm.log_directory") or ".").mkdir(parents=True, exist_ok=True)
         logger.info("starting a Slurm cluster: %s", kwargs)
+        n = kwargs.pop("n_workers")
         with contextlib.ExitStack() as undo:  # an error or Ctrl-C before the session holds it cancels what was submitted
             try:
                 cluster = SLURMCluster(**kwargs)
-            except Exception as e:  # dask-jobqueue raises RuntimeError with sbatch's output, and more
-                raise ClusterStartError(f"could not submit the Slurm worker jobs ({_first_line(e)}); "
-                                        "check with: openclaw slurm script ... | sbatch --test-only") from e
+            except Exception as e:  # dask-jobqueue checks its keywords in many ways
+                raise ClusterStartError(f"could not set up the Slurm worker jobs ({_first_line(e)})") from e
             undo.callback(_cancel_all, cluster)
+            _submit(cluster, n // kwargs["processes"])
             client = Client(cluster, timeout=config.parallel.timeout, security=kwargs["security"])
             undo.callback(client.close)
-            _wait_for_workers(cluster, client, kwargs["n_workers"])
+            _wait_for_workers(cluster, client, n)
             undo.pop_all()
         return SlurmCluster(self, config, client, cluster)
 
@@ -217,6 +218,33 @@ def _jobqueue() -> Any:
         if main:
             signal.signal(signal.SIGINT, before)
     return dask_jobqueue
+
+
+def _submit(cluster: Any, jobs: int) -> None:
+    """Submit ``jobs`` worker jobs and wait for ``sbatch``; its refusal (a partition, an account) is one line.
+
+    ``scale`` submits in the background, where a refused ``sbatch`` is only logged (and tried again)
+    and the session would wait for workers that never come: the specs are added here, and the
+    submission awaited.
+    """
+    async def submit() -> None:
+        while len(cluster.worker_spec) < jobs:
+            cluster.worker_spec.update(cluster.new_worker_spec())
+        await cluster._correct_state()
+
+    try:
+        cluster.sync(submit)
+    except RuntimeError as e:  # dask-jobqueue's failed command: its stderr holds sbatch's own words
+        from distributed.core import Status
+
+        for name, job in list(cluster.workers.items()):  # never submitted: nothing to cancel; the close would hang on them
+            if getattr(job, "job_id", None) is None:
+                job.status = Status.failed
+                cluster.workers.pop(name, None)
+                cluster.worker_spec.pop(name, None)
+        said = [line.strip() for line in str(e).splitlines() if "error:" in line]
+        raise ClusterStartError(f"sbatch refused the worker jobs ({'; '.join(said) or _first_line(e)}); check the "
+                                "script with: openclaw slurm script ... | sbatch --test-only") from None
 
 
 def _first_line(error: BaseException) -> str:
@@ -291,3 +319,64 @@ def script_text(path: Any = None, overrides: dict[str, Any] | None = None) -> st
     shebang, _, rest = text.partition("\n")
     return f"{shebang}\n{head}{rest}".rstrip("\n") + "\n"
 
+
+
+COMMANDS = ("sbatch", "squeue", "scancel", "sinfo", "scontrol")
+
+
+def _command(argv: list[str], timeout: float, stdin: bytes | None = None) -> tuple[bool, str]:
+    """``(ran and exited 0, stdout or the first line of what went wrong)``."""
+    try:
+        out = subprocess.run(argv, capture_output=True, timeout=timeout, input=stdin, check=False)
+    except subprocess.TimeoutExpired:
+        return False, f"{argv[0]} gave no answer within {timeout:g}s"
+    except OSError as e:
+        return False, f"{argv[0]}: {e.strerror}"
+    text = (out.stdout if out.returncode == 0 else out.stderr or out.stdout).decode(errors="replace").strip()
+    return out.returncode == 0, text if out.returncode == 0 else (text.splitlines() or [f"exit {out.returncode}"])[0]
+
+
+def probe(config: Config) -> list[tuple[str, str, str]]:
+    """What ``openclaw doctor`` reports for backend slurm: ``(status, found, fix)`` rows (runs Slurm's and munge's commands).
+
+    Slurm's commands on the PATH; the controller answering ``sinfo``; ``slurm.partition`` among its
+    partitions; a munge credential made and read back on the socket Slurm's ``AuthInfo`` names.
+    """
+    import shutil
+
+    missing = [c for c in COMMANDS if shutil.which(c) is None]
+    if missing:
+        fix = "run on a login node of the cluster (or module load slurm); Debian: apt-get install slurm-client"
+        return [("fail", f"Slurm's commands not found: {', '.join(missing)}", fix)]
+    wait = max(config.parallel.timeout, 1.0)
+    answered, text = _command(["sinfo", "-h", "-o", "%P"], wait)
+    if not answered:
+        return [("fail", f"the Slurm controller did not answer sinfo: {text}", "check SLURM_CONF and that slurmctld runs")]
+    partitions = [p.rstrip("*") for p in text.split()]
+    rows = [("ok", f"sinfo answered: partitions {', '.join(text.split())} (* = default)", "")]
+    want = config.slurm.partition
+    if want is not None and want not in partitions:
+        rows.append(("fail", f"slurm.partition = {want} is not a partition of this cluster", f"use one of {', '.join(partitions)}"))
+    elif want is not None:
+        rows.append(("ok", f"partition {want} exists", ""))
+    return rows + [_munge(wait)]
+
+
+def _munge(wait: float) -> tuple[str, str, str]:
+    """A munge credential made and decoded, on the socket Slurm's ``AuthInfo`` names (munged's default otherwise)."""
+    import re
+    import shutil
+
+    if shutil.which("munge") is None or shutil.which("unmunge") is None:
+        return ("warn", "munge's commands are not installed here, so munge was not tried", "apt-get install munge")
+    _, shown = _command(["scontrol", "show", "config"], wait)
+    socket_path = re.search(r"AuthInfo\s*=.*?socket=([^,\s]+)", shown)
+    where = ["--socket", socket_path.group(1)] if socket_path else []
+    made, credential = _command(["munge", "-n", *where], wait)
+    if not made:
+        fix = "start munged (systemctl start munge), with the key the cluster's nodes share"
+        return ("fail", f"munge could not make a credential: {credential}", fix)
+    read, text = _command(["unmunge", *where], wait, stdin=credential.encode())
+    if not read:
+        return ("fail", f"munge could not read its own credential back: {text}", "check munged's key and clock")
+    return ("ok", "munge made a credential and read it back" + (f" (socket {socket_path.group(1)})" if socket_path else ""), "")

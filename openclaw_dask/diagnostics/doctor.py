@@ -31,7 +31,7 @@ EXTRAS = {  # distribution -> the openclaw-dask extra that brings it
     "mpi4py": "mpi", "dask-mpi": "mpi", "dask-cuda": "cuda", "cupy-cuda12x": "cuda", "cupy-cuda13x": "cuda",
     "nvidia-ml-py": "cuda", "rmm-cu12": "cuda", "distributed-ucxx-cu12": "cuda", "dask-kubernetes": "k8s", "kr8s": "k8s",
     "ipykernel": "notebook", "ipywidgets": "notebook",
-    "asyncssh": "ssh", "prometheus-client": "monitoring", "zarr": "io", "h5py": "io", "cryptography": "tls", "joblib": "bench",
+    "asyncssh": "ssh", "dask-jobqueue": "slurm", "prometheus-client": "monitoring", "zarr": "io", "h5py": "io", "cryptography": "tls", "joblib": "bench",
 }
 
 
@@ -237,6 +237,17 @@ def check_ssh(config: Any) -> list[Check]:
             if isinstance(r, int) else Check("ssh", "fail", r.partition("; ")[0], r.partition("; ")[2]) for host, r in results]
 
 
+def check_slurm(config: Any) -> list[Check]:
+    """Backend slurm: Slurm's commands, its controller (``sinfo``), the partition, munge."""
+    if not _backend(config).capabilities.jobs:
+        return []
+    if importlib.util.find_spec("dask_jobqueue") is None:
+        return [Check("slurm", "fail", "backend slurm needs dask-jobqueue, which is not installed", "pip install 'openclaw-dask[slurm]'")]
+    from openclaw_dask.cluster.slurm import probe
+
+    return [Check("slurm", status, found, fix) for status, found, fix in probe(config)]
+
+
 def check_software(config: Any) -> list[Check]:
     def ver(dist: str) -> str | None:
         try:
@@ -264,7 +275,7 @@ def check_startup(config: Any) -> list[Check]:
 
 
 CHECKS: tuple[Callable[[Any], list[Check]], ...] = (
-    check_cores, check_memory, check_mpi, check_gpu, check_network, check_ssh, check_software, check_startup,
+    check_cores, check_memory, check_mpi, check_gpu, check_network, check_ssh, check_slurm, check_software, check_startup,
 )
 
 
