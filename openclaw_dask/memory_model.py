@@ -150,11 +150,8 @@ def _graph(collections: list[Any]) -> tuple[dict[str, Layout], list[Any]] | None
 
     layouts: dict[str, Layout] = {}
     results: list[Any] = []
-    for c in collections:
-        graph = getattr(c, "__dask_graph__", lambda: None)()
-        if graph is None or not hasattr(c, "chunks") or not hasattr(c, "dtype"):
-            continue
-        for name, layer in getattr(graph, "layers", {}).items():
+    for c in _arrays(collections):
+        for name, layer in getattr(c.__dask_graph__(), "layers", {}).items():
             ann = getattr(layer, "collection_annotations", None) or {}
             if ann.get("chunks") and hasattr(ann.get("dtype"), "itemsize"):
                 layouts[str(name)] = (tuple(tuple(int(n) for n in a) for a in ann["chunks"]), ann["dtype"].itemsize)
@@ -163,9 +160,16 @@ def _graph(collections: list[Any]) -> tuple[dict[str, Layout], list[Any]] | None
     return (layouts, results) if layouts else None
 
 
+def _arrays(collections: list[Any]) -> list[Any]:
+    """The dask arrays among ``collections`` (a Delayed answers any attribute: duck typing would take it)."""
+    from dask.array import Array
+
+    return [c for c in collections if isinstance(c, Array)]
+
+
 def _tasks(collections: list[Any]) -> tuple[dict[Any, Any], int]:
     """The tasks of the array collections (empty when there are too many to walk) and how many there are."""
-    graphs = [c.__dask_graph__() for c in collections if hasattr(c, "chunks") and hasattr(c, "__dask_graph__")]
+    graphs = [c.__dask_graph__() for c in _arrays(collections)]
     count = sum(_layer_tasks(layer) for g in graphs for layer in getattr(g, "layers", {}).values())
     if count > MAX_WALK_TASKS:
         return {}, count
@@ -375,10 +379,9 @@ def _sampled(collections: list[Any], layouts: dict[str, Layout]) -> tuple[dict[A
     sizes: dict[Any, int] = {}
     from dask.core import flatten
 
-    for c in collections:
-        if hasattr(c, "chunks"):
-            for key in flatten(c.__dask_keys__()):
-                sizes[key] = _block_bytes(tuple(tuple(a) for a in c.chunks), c.dtype.itemsize, _name_index(key)[1])
+    for c in _arrays(collections):
+        for key in flatten(c.__dask_keys__()):
+            sizes[key] = _block_bytes(tuple(tuple(a) for a in c.chunks), c.dtype.itemsize, _name_index(key)[1])
     return sizes, biggest, roots
 
 

@@ -54,7 +54,10 @@ def test_tree_reductions_count_the_concatenated_inputs():
 
 
 def test_no_array_no_projection():
+    import dask
+
     assert project([], threads=2) is None and project([object()]) is None
+    assert project([dask.delayed(sum)([1, 2])]) is None  # a Delayed has every attribute, chunks too
 
 
 def test_misfit_names_the_worker_and_a_chunk_that_fits():
