@@ -462,11 +462,14 @@ def require_fit(session: SessionLike, collections: list[Any]) -> Projection | No
     projection = project(collections, workers=len(workers), threads=threads, saturation=saturation)
     if projection is None:
         return None
-    workers = _in_use_now(session, workers)
-    pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0
+    pause = float(dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0)
     spill = configured_max_spill(session.backend.capabilities.owns_cluster)
-    over = misfit(projection, workers, pause=float(pause),
-                  max_spill=None if spill is None else (spill if spill is not False else _free_disk(len(workers))))
+    max_spill = None if spill is None else (spill if spill is not False else _free_disk(len(workers)))
+    # With half the room to spare by the heartbeats' figures it fits: asking the workers costs a round trip
+    # per compute. Else, or when a profile compares the projection with the peak, their memory now.
+    if _WATCHERS or misfit(projection, workers, pause=pause / 2, max_spill=max_spill) is not None:
+        workers = _in_use_now(session, workers)
+    over = misfit(projection, workers, pause=pause, max_spill=max_spill)
     if over is None:
         _tell(projection, workers)
         return projection
