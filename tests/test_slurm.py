@@ -379,3 +379,33 @@ def test_doctor_says_when_no_controller_answers(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_CONF", str(conf))
     rows = probe(load_config(None, {"parallel.backend": "slurm", "parallel.workers": 1, "parallel.timeout": "2s"}))
     assert len(rows) == 1 and rows[0][0] == "fail" and "did not answer sinfo" in rows[0][1], rows
+
+
+RESIZE = r'''
+import json, subprocess
+import dask.array as da
+import openclaw_dask
+
+def jobs():
+    out = subprocess.run(["squeue", "-h", "-t", "PENDING,RUNNING", "-o", "%i"], capture_output=True, text=True, check=True)
+    return len(out.stdout.split())  # a cancelled job may show as COMPLETING for a moment
+
+with openclaw_dask.session(backend="slurm", workers=1, memory_limit="512MiB", walltime="5m", timeout="60s") as s:
+    x = s.persist(da.arange(4_000_000, chunks=250_000, dtype="float64"))
+    seen = [(len(s.workers()), jobs())]
+    s.resize_workers(3, force=True)
+    seen.append((len(s.workers()), jobs()))
+    s.resize_workers(1, force=True)
+    seen.append((len(s.workers()), jobs()))
+    total = float(s.compute(x.sum()))
+print(json.dumps({"seen": seen, "total": total}))
+'''
+
+
+def test_resize_one_three_one_submits_and_cancels_jobs(slurm, tmp_path):
+    r = slurm.run(str(BIN / "python"), "-c", RESIZE, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:] + slurm.logs()
+    out = _json_result(r.stdout)
+    assert out["seen"] == [[1, 1], [3, 3], [1, 1]], out
+    assert out["total"] == 4_000_000 * 3_999_999 / 2  # exact: integers below 2**53, data moved off the retired workers
+    _wait(lambda: slurm.jobs() == [], 15, "jobs left after the session", slurm)

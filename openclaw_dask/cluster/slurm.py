@@ -30,6 +30,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -41,7 +42,7 @@ from openclaw_dask.cluster.plugins import blas_env, task_threads
 from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.cluster.security import security_for, tls_plan
 from openclaw_dask.config import changed_from_defaults
-from openclaw_dask.errors import ClusterStartError, ConfigError
+from openclaw_dask.errors import ClusterStartError, ConfigError, ResizeError
 
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
@@ -112,9 +113,8 @@ class SlurmBackend(Backend):
     """``slurm``: worker processes in Slurm batch jobs (dask-jobqueue); scheduler and client in this process."""
 
     name = "slurm"
-    capabilities = Capabilities(worker_processes=True, tls=True, jobs=True)
+    capabilities = Capabilities(worker_processes=True, tls=True, jobs=True, resize=True)
     why_not = MappingProxyType({
-        "resize": "resizing a Slurm session (submitting and cancelling jobs) is not built yet; set parallel.workers",
         "adapt": "adaptive scaling of Slurm jobs is not built yet; set parallel.workers",
         "prometheus": "openclaw's metrics are not tested on backend slurm yet; remove it",
         "socket_buffers": "socket buffer sizes on the compute nodes are not set by openclaw",
@@ -192,6 +192,23 @@ class SlurmBackend(Backend):
 class SlurmCluster(DistributedCluster):
     """A ``SLURMCluster`` and its client; closing also cancels any job the cluster's own close left in the queue."""
 
+    def scale(self, n: int) -> Callable[[], bool]:
+        """Submit or cancel whole jobs: the workers of leaving jobs retire first (their data moves), then ``scancel``."""
+        per = self.config.slurm.processes_per_job
+        if n % per:
+            raise ResizeError(f"resize_workers({n}) refused: backend slurm adds and removes whole jobs of "
+                              f"slurm.processes_per_job = {per} workers; ask for a multiple of {per}")
+        jobs, cluster = n // per, self.cluster
+        leaving = {str(name) for name in list(cluster.worker_spec)[jobs:]}  # the newest jobs go first, as SpecCluster's scale
+        names = [w["name"] for w in self.workers().values() if str(w.get("name")).rsplit("-", 1)[0] in leaving
+                 or str(w.get("name")) in leaving]
+        if names:
+            self.client.retire_workers(names=names)
+        if leaving:
+            cluster.sync(_drop, cluster, leaving)
+        _submit(cluster, jobs)  # a job sbatch refuses is one line here too
+        return lambda: len(cluster.workers) == jobs
+
     def close(self) -> None:
         if self.closed:
             return
@@ -218,6 +235,14 @@ def _jobqueue() -> Any:
         if main:
             signal.signal(signal.SIGINT, before)
     return dask_jobqueue
+
+
+async def _drop(cluster: Any, names: set[str]) -> None:
+    """Remove these jobs' specs and let the cluster close them (dask-jobqueue cancels each with ``scancel``)."""
+    for name in list(cluster.worker_spec):
+        if str(name) in names:
+            del cluster.worker_spec[name]
+    await cluster._correct_state()
 
 
 def _submit(cluster: Any, jobs: int) -> None:
