@@ -56,7 +56,7 @@ def test_module_level_resize_uses_the_current_session():
 
 @pytest.mark.parametrize("overrides", [{"workers": 2}, {"enabled": False}])
 def test_backends_that_cannot_resize_say_so(overrides):
-    with openclaw_dask.session(**overrides) as s, pytest.raises(ResizeError, match="use backend process and kubernetes to resize"):
+    with openclaw_dask.session(**overrides) as s, pytest.raises(ResizeError, match="use backend process, kubernetes and slurm to resize"):
         s.resize_workers(3)
 
 
