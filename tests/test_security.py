@@ -291,7 +291,7 @@ def test_temporary_certificates_without_cryptography_name_the_pip_install(monkey
         ({"temporary_certificates": True, "ca_file": "ca.pem"}, "set either it or the files, not both"),
         ({"temporary_certificates": True, "communication": "tcp"}, "parallel.communication = tcp: tcp is not encrypted but security.temporary_certificates is set"),
         ({"temporary_certificates": True, "communication": "inproc"}, "inproc is not encrypted"),
-        ({"backend": "mpi", "temporary_certificates": True}, "TLS is built for backends thread, process, remote and cuda, not mpi"),
+        ({"backend": "mpi", "temporary_certificates": True}, "TLS is built for backends thread, process, remote, cuda, ssh and slurm, not mpi"),
         ({"backend": "remote", "scheduler_address": "tls://127.0.0.1:1"}, "a TLS scheduler needs certificates; set security.ca_file"),
         ({"backend": "remote", "scheduler_address": "tls://127.0.0.1:1", "temporary_certificates": True},
          "a remote scheduler cannot trust certificates made by this process"),
