@@ -284,8 +284,12 @@ def _sizes(dsk: dict[Any, Any], ordered: list[Any], layouts: dict[str, Layout]) 
         elif "p2p_barrier" in functions:
             size = inputs  # the shards, now the barrier's: held until its last dependent (an unpack) has run
             out.barriers.add(key)
+        elif "load_store_chunk" in functions and not _loads_stored(task):
+            size = 0  # da.store writes the chunk and keeps nothing; the store encodes a copy of it
         out.sizes[key] = size
-        if any(f in _CONCATENATING for f in functions):
+        if "load_store_chunk" in functions:
+            out.temporary[key] = inputs
+        elif any(f in _CONCATENATING for f in functions):
             out.temporary[key] = inputs  # the inputs concatenated into one array before the function runs
         elif temporaries := max((_TEMPORARIES.get(f, (0, 0)) for f in functions), default=(0, 0)):
             out.temporary[key] = temporaries[0] * inputs + temporaries[1] * size
@@ -296,6 +300,12 @@ def _sizes(dsk: dict[Any, Any], ordered: list[Any], layouts: dict[str, Layout]) 
         if not deps:
             out.roots = max(out.roots, size)
     return out
+
+
+def _loads_stored(task: Any) -> bool:
+    """Whether a ``load_store_chunk`` task returns what it stored (``load_stored``, its last argument)."""
+    args = getattr(task, "args", ())
+    return bool(args) and getattr(args[-1], "value", args[-1]) is True
 
 
 _CONCATENATING = frozenset({"_concatenate2", "concatenate_axes"})
