@@ -483,10 +483,9 @@ def require_fit(session: SessionLike, collections: list[Any]) -> Projection | No
     if over is None:
         _tell(projection, workers)
         return projection
-    from dask.utils import format_bytes as fb
-
-    fix = f"{MEMORY_LIMIT}: {fb(over.limit).replace(' ', '')}"
-    fix = f"{TASK_CHUNK_SIZE}: {fb(over.chunk).replace(' ', '')} or {fix}" if over.chunk else fix
+    fix = f"{MEMORY_LIMIT}: {-(-over.limit // 2**20)}MiB"  # whole MiB, as the config file would say it
+    chunk = f"{over.chunk // 2**20}MiB" if over.chunk and over.chunk >= 2**20 else f"{(over.chunk or 0) // 2**10}KiB"
+    fix = f"{TASK_CHUNK_SIZE}: {chunk} or {fix}" if over.chunk else fix
     line = f"{describe(projection, over)}; {fix} would fit ({MEMORY_CHECK}: warn runs it anyway)"
     if mode == "error":
         raise ConfigError(line)
