@@ -409,3 +409,35 @@ def test_resize_one_three_one_submits_and_cancels_jobs(slurm, tmp_path):
     assert out["seen"] == [[1, 1], [3, 3], [1, 1]], out
     assert out["total"] == 4_000_000 * 3_999_999 / 2  # exact: integers below 2**53, data moved off the retired workers
     _wait(lambda: slurm.jobs() == [], 15, "jobs left after the session", slurm)
+
+
+REPLACED = r'''
+import json, subprocess, time
+import dask.array as da
+import openclaw_dask
+
+def running():
+    out = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"], capture_output=True, text=True, check=True)
+    return sorted(int(i) for i in out.stdout.split())
+
+with openclaw_dask.session(backend="slurm", workers=2, memory_limit="512MiB", walltime="5m", timeout="60s") as s:
+    x = s.persist(da.arange(4_000_000, chunks=250_000, dtype="float64"))
+    before = running()
+    subprocess.run(["scancel", str(before[0])], check=True)
+    deadline = time.monotonic() + 60
+    while (len(running()) < 2 or before[0] in running() or len(s.workers()) < 2) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    after, workers = running(), len(s.workers())
+    total = float(s.compute(x.sum()))
+print(json.dumps({"before": before, "after": after, "workers": workers, "total": total}))
+'''
+
+
+def test_a_job_that_leaves_the_queue_is_replaced(slurm):
+    r = slurm.run(str(BIN / "python"), "-c", REPLACED, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:] + slurm.logs()
+    out = _json_result(r.stdout)
+    assert len(out["after"]) == 2 and out["before"][0] not in out["after"] and out["workers"] == 2, out
+    assert out["total"] == 4_000_000 * 3_999_999 / 2, out  # the cancelled worker's chunks were recomputed
+    assert "submitting a replacement" in r.stderr, r.stderr[-2000:]
+    _wait(lambda: slurm.jobs() == [], 15, "jobs left after the session", slurm)

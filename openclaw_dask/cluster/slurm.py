@@ -53,6 +53,7 @@ logger = logging.getLogger("openclaw_dask.cluster")
 
 AUTO_MEMORY_PER_CORE = 2 * 2**30  # cluster.memory_limit auto: a worker gets 2 GiB per core (a common DefMemPerCPU)
 JOB_NAME = "openclaw-worker"
+REPLACE_EVERY = 2.0  # seconds between two looks at the queue for jobs that ended under a running session
 PLACEHOLDER = "tcp://SCHEDULER-ADDRESS:PORT"  # what a printed script shows where a session puts its scheduler's address
 # Keys that describe this machine's worker processes and have no job counterpart: refused when set.
 _LOCAL_ONLY = ("cluster.max_spill", "cluster.preload")
@@ -190,9 +191,44 @@ class SlurmBackend(Backend):
 
 
 class SlurmCluster(DistributedCluster):
-    """A ``SLURMCluster`` and its client; closing also cancels any job the cluster's own close left in the queue."""
+    """A ``SLURMCluster`` and its client; a job that leaves the queue while the session runs is replaced.
+
+    Closing also cancels any job the cluster's own close left in the queue.
+    """
+
+    def __init__(self, backend: Backend, config: Config, client: Any, cluster: Any) -> None:
+        import threading
+
+        super().__init__(backend, config, client, cluster)
+        self._lock, self._stop = threading.Lock(), threading.Event()
+        self._replacer = threading.Thread(target=self._replace_lost, name="openclaw-slurm-replace", daemon=True)
+        self._replacer.start()
+
+    def _replace_lost(self) -> None:
+        """Every :data:`REPLACE_EVERY` s: a job Slurm no longer runs (walltime, ``scancel``, a node lost) gets a successor."""
+        from distributed.core import Status
+
+        while not self._stop.wait(REPLACE_EVERY):
+            with self._lock:
+                queued = _queued(("PENDING", "RUNNING", "CONFIGURING"))
+                gone = [name for name, job in list(self.cluster.workers.items())
+                        if queued is not None and job.job_id and str(job.job_id) not in queued and name in self.cluster.worker_spec]
+                if not gone or self._stop.is_set():
+                    continue
+                for name in gone:
+                    job = self.cluster.workers.pop(name)
+                    job.status = Status.closed  # it has ended; SpecCluster's close asserts that of every job it made
+                    logger.warning("Slurm job %s (worker %s) left the queue; submitting a replacement", job.job_id, name)
+                try:
+                    self.cluster.sync(self.cluster._correct_state)  # starts a job for each spec without one
+                except Exception as e:  # noqa: BLE001  (a refused sbatch: the run goes on with fewer workers, said once)
+                    logger.warning("could not submit a replacement job (%s)", _first_line(e))
 
     def scale(self, n: int) -> Callable[[], bool]:
+        with self._lock:
+            return self._scaled(n)
+
+    def _scaled(self, n: int) -> Callable[[], bool]:
         """Submit or cancel whole jobs: the workers of leaving jobs retire first (their data moves), then ``scancel``."""
         per = self.config.slurm.processes_per_job
         if n % per:
@@ -212,6 +248,8 @@ class SlurmCluster(DistributedCluster):
     def close(self) -> None:
         if self.closed:
             return
+        self._stop.set()
+        self._replacer.join(timeout=60)
         ids = _job_ids(self.cluster)
         super().close()
         _scancel(ids)
@@ -295,10 +333,11 @@ def _cancel_all(cluster: Any) -> None:
     _scancel(ids)
 
 
-def _queued() -> set[str] | None:
-    """Ids of this user's jobs that Slurm still knows (pending or running), or ``None`` if squeue did not answer."""
+def _queued(states: tuple[str, ...] = ()) -> set[str] | None:
+    """Ids of this user's jobs that Slurm still knows (in ``states``; default: any), or ``None`` if squeue did not answer."""
+    which = ["-t", ",".join(states)] if states else []
     try:
-        out = subprocess.run(["squeue", "--me", "-h", "-o", "%i"], capture_output=True, text=True, timeout=30, check=True)
+        out = subprocess.run(["squeue", "--me", "-h", "-o", "%i", *which], capture_output=True, text=True, timeout=30, check=True)
     except (OSError, subprocess.SubprocessError):
         return None
     return set(out.stdout.split())
