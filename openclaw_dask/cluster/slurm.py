@@ -162,7 +162,10 @@ class SlurmBackend(Backend):
     def describe(self, config: Config) -> list[str]:
         kw = self.plan(config)
         jobs = kw["n_workers"] // kw["processes"]
-        what = f"{jobs} Slurm job(s) of {kw['job_cpu']} core(s), {kw['memory']} memory, walltime {kw['walltime']}"
+        from dask.utils import format_bytes
+
+        memory = format_bytes(kw["processes"] * _memory(config))
+        what = f"{jobs} Slurm job(s) of {kw['job_cpu']} core(s), {memory} memory, walltime {kw['walltime']}"
         return [f"{what}, partition {kw['queue'] or '(default)'} (openclaw slurm script prints the job script)"]
 
     def start(self, config: Config) -> RunningCluster:
