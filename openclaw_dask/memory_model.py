@@ -304,7 +304,7 @@ def _sizes(dsk: dict[Any, Any], ordered: list[Any], layouts: dict[str, Layout]) 
 
 def _loads_stored(task: Any) -> bool:
     """Whether a ``load_store_chunk`` task returns what it stored (``load_stored``, its last argument)."""
-    args = getattr(task, "args", ())
+    args: tuple[Any, ...] = tuple(getattr(task, "args", ()))
     return bool(args) and getattr(args[-1], "value", args[-1]) is True
 
 
