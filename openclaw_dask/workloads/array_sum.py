@@ -176,7 +176,7 @@ def _skewed(chunks: tuple[int, ...], skew: float) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def _straggle(block: Any, seconds: float, target: int, block_id: tuple[int, ...] = (0,)) -> Any:
-    if block_id[0] == target:
+def _straggle(block: Any, seconds: float, target: int, block_id: tuple[int, ...] | None = None) -> Any:
+    if block_id is not None and block_id[0] == target:  # None: dask's call on a sample block, in the client
         time.sleep(seconds)
     return block
