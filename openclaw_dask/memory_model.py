@@ -6,8 +6,9 @@ graph is then run on paper on the cluster's threads in rounds, each round starti
 highest-priority ready tasks of :func:`dask.order.order` (the order workers run ready tasks in),
 keeping each output until its last reader has run and the results to the end: the most held at once,
 shared among the workers, plus the outputs of the root tasks distributed's ``worker-saturation``
-sends a worker beyond its threads, plus one biggest footprint for each thread but one (threads drift
-apart: one runs ahead while another finishes a long task), plus a reserve, is the projection (:func:`project`,
+sends a worker beyond its threads, plus one biggest footprint and root output for each thread but
+one (threads drift apart: one runs ahead while another finishes a long task), plus a reserve, is the
+projection (:func:`project`,
 :func:`misfit`: pure). A worker's measured baseline (its process memory before the run) is added by
 :func:`require_fit`, the sessions' check.
 """
@@ -118,8 +119,9 @@ def project(collections: list[Any], *, workers: int = 1, threads: int = 1, satur
     queued = (0 if math.isinf(saturation) else max(0, math.ceil(saturation * threads) - threads)) * roots
     running = max(-(-busy // workers), biggest.footprint) + queued + RESERVE
     chunk = max((_block_bytes(c, i, None) for c, i in layouts.values()), default=0)
-    # the rounds keep threads in step; real ones drift apart, one running ahead while another finishes a long task
-    drift = (threads - 1) * biggest.footprint
+    # the rounds keep threads in step; real ones drift apart, one running ahead (a task and the root it reads)
+    # while another finishes a long task
+    drift = (threads - 1) * (biggest.footprint + roots)
     return Projection(max(-(-held // workers), biggest.footprint) + drift + queued + RESERVE, running, held,
                       -(-kept // workers), biggest, chunk, count, workers, threads, count <= MAX_WALK_TASKS)
 

@@ -36,7 +36,7 @@ def test_elementwise_projection_counts_results_inputs_and_threads():
     assert one.per_worker == 10 * MiB + RESERVE and one.running == 4 * MiB + RESERVE
     # two threads: two ones, then two adds, at once (the last round holds 12 MiB); ceil(2.2) - 2 queued roots
     two = project([x + 1], threads=2, saturation=1.1)
-    assert two.held == 12 * MiB and two.per_worker == 12 * MiB + 4 * MiB + 2 * MiB + RESERVE  # and one drifting task
+    assert two.held == 12 * MiB and two.per_worker == 12 * MiB + (4 + 2) * MiB + 2 * MiB + RESERVE  # a drifting thread
     assert two.running == 2 * 4 * MiB + 2 * MiB + RESERVE
     assert project([x + 1], workers=2, threads=1, saturation=1.0).per_worker == 6 * MiB + RESERVE  # an even share
 
