@@ -110,13 +110,14 @@ def _ip(*args: str) -> None:
         raise RuntimeError(f"ip {' '.join(args)}: {r.stderr.strip()}")
 
 
-@pytest.fixture
-def hosts():
+@contextlib.contextmanager
+def namespaces(prefix: str = "openclaw", links=LINKS):
+    """Three network-namespace hosts joined as ``links`` says; removed on exit, whatever happened (skips without root or ip)."""
     if os.geteuid() != 0:
         pytest.skip("multi-host test needs root to create network namespaces (ip netns add)")
     if shutil.which("ip") is None:
         pytest.skip("multi-host test needs iproute2's `ip` command, which is not installed")
-    names = [f"openclaw-{os.getpid()}-host{i}" for i in range(3)]
+    names = [f"{prefix}-{os.getpid()}-host{i}" for i in range(3)]
     made: list[str] = []
     h = Hosts(names)
     try:
@@ -129,7 +130,7 @@ def hosts():
             made.append(name)
         for name in names:
             _ip("-n", name, "link", "set", "lo", "up")
-        for (h0, dev0, ip0), (h1, dev1, ip1) in LINKS:
+        for (h0, dev0, ip0), (h1, dev1, ip1) in links:
             # made inside the namespaces directly: the root namespace never holds either end
             _ip("-n", names[h0], "link", "add", dev0, "type", "veth", "peer", "name", dev1, "netns", names[h1])
             for host, dev, ip in ((h0, dev0, ip0), (h1, dev1, ip1)):
@@ -144,6 +145,12 @@ def hosts():
         for name in made:
             with contextlib.suppress(Exception):
                 _ip("netns", "del", name)
+
+
+@pytest.fixture
+def hosts():
+    with namespaces() as h:
+        yield h
 
 
 def _wait_for_file(path: Path, proc: subprocess.Popen, log: Path, timeout: float = 30) -> dict:

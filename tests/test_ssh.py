@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from openclaw_dask.cluster.registry import declared
-from tests.conftest import BIN, _stop
-from tests.test_multihost import Hosts, _ip
+from tests.conftest import BIN
+from tests.test_multihost import Hosts, namespaces
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -115,38 +115,6 @@ def _keygen(path: Path) -> str:
     return (path.parent / f"{path.name}.pub").read_text().strip()
 
 
-@contextlib.contextmanager
-def _namespaces() -> Iterator[Hosts]:
-    """Three namespaces joined as LINKS says; removed on exit, whatever happened."""
-    names = [f"openclaw-ssh-{os.getpid()}-host{i}" for i in range(3)]
-    made: list[str] = []
-    h = Hosts(names)
-    try:
-        r = subprocess.run(["ip", "netns", "add", names[0]], check=False, capture_output=True, text=True, timeout=15)
-        if r.returncode:
-            pytest.skip(f"`ip netns add` failed ({r.stderr.strip()}); network namespaces need root with CAP_SYS_ADMIN")
-        made.append(names[0])
-        for name in names[1:]:
-            _ip("netns", "add", name)
-            made.append(name)
-        for name in names:
-            _ip("-n", name, "link", "set", "lo", "up")
-        for (h0, dev0, ip0), (h1, dev1, ip1) in LINKS:
-            _ip("-n", names[h0], "link", "add", dev0, "type", "veth", "peer", "name", dev1, "netns", names[h1])
-            for host, dev, ip in ((h0, dev0, ip0), (h1, dev1, ip1)):
-                _ip("-n", names[host], "addr", "add", f"{ip}/24", "dev", dev)
-                _ip("-n", names[host], "link", "set", dev, "up")
-            _ip("-n", names[h1], "route", "add", "default", "via", ip0)
-        r = h.run(0, "sysctl", "-w", "net.ipv4.ip_forward=1", timeout=15)  # host0's own setting: host2 reaches host1's scheduler
-        assert r.returncode == 0, r.stderr
-        yield h
-    finally:
-        _stop(h.procs[::-1])
-        for name in made:
-            with contextlib.suppress(Exception):
-                _ip("netns", "del", name)
-
-
 def _wait_listening(log: Path, proc: subprocess.Popen, timeout: float = 15) -> None:
     deadline = time.monotonic() + timeout
     while "Server listening" not in log.read_text():
@@ -185,7 +153,7 @@ def ssh(tmp_path_factory) -> Iterator[Servers]:
         _keygen(files / "other_key")  # a key the hosts do not know
         (files / "no_host_keys").write_text("")
         known = []
-        with _namespaces() as hosts:
+        with namespaces("openclaw-ssh", LINKS) as hosts:
             for i, address in ((1, HOST1), (2, HOST2)):
                 host_key = files / f"host{i}_key"
                 known.append(f"[{address}]:{PORT} {_keygen(host_key)}")

@@ -30,9 +30,7 @@ def check_capabilities(backend: Backend, config: Config) -> None:
     """Refuse the first setting that needs a capability ``backend`` lacks."""
     _check_shape(backend, config)
     _check_gpu(backend, config)
-    _check_pods(backend, config)
-    _check_jobs(backend, config)
-    _check_ssh(backend, config)
+    _check_sections(backend, config)
     _check_services(backend, config)
     _check_comms(backend, config)
     _check_memory(backend, config)
@@ -70,31 +68,19 @@ def _check_gpu(backend: Backend, config: Config) -> None:
                              hint="set parallel.backend=cuda, or remove the key")
 
 
-def _check_pods(backend: Backend, config: Config) -> None:
-    if backend.capabilities.pods:
-        return
-    changed = changed_from_defaults(config, (key for key, _ in config.items() if key.startswith("kubernetes.")))
-    if changed:
-        raise ConfigError.at(config, changed[0], f"describes the pods of backend {able('pods')} (backend is {backend.name})",
-                             hint="set parallel.backend=kubernetes, or remove the key")
+# capability -> (the section its keys live in, what they describe, the backend that has them)
+_SECTIONS = (("pods", "kubernetes", "the pods"), ("jobs", "slurm", "the worker jobs"), ("ssh", "ssh", "the hosts"))
 
 
-def _check_jobs(backend: Backend, config: Config) -> None:
-    if backend.capabilities.jobs:
-        return
-    changed = changed_from_defaults(config, (key for key, _ in config.items() if key.startswith("slurm.")))
-    if changed:
-        raise ConfigError.at(config, changed[0], f"describes the worker jobs of backend {able('jobs')} (backend is {backend.name})",
-                             hint="set parallel.backend=slurm, or remove the key")
-
-
-def _check_ssh(backend: Backend, config: Config) -> None:
-    if backend.capabilities.ssh:
-        return
-    changed = changed_from_defaults(config, (key for key, _ in config.items() if key.startswith("ssh.")))
-    if changed:
-        raise ConfigError.at(config, changed[0], f"describes the hosts of backend {able('ssh')} (backend is {backend.name})",
-                             hint="set parallel.backend=ssh, or remove the key")
+def _check_sections(backend: Backend, config: Config) -> None:
+    """A ``kubernetes:``, ``slurm:`` or ``ssh:`` key set for a backend that has no use for it."""
+    for capability, section, what in _SECTIONS:
+        if getattr(backend.capabilities, capability):
+            continue
+        changed = changed_from_defaults(config, (key for key, _ in config.items() if key.startswith(f"{section}.")))
+        if changed:
+            raise ConfigError.at(config, changed[0], f"describes {what} of backend {able(capability)} (backend is {backend.name})",
+                                 hint=f"set parallel.backend={section}, or remove the key")
 
 
 def _check_services(backend: Backend, config: Config) -> None:
