@@ -42,6 +42,7 @@ __all__ = [
     "ResultMismatch",
     "RunError",
     "ShardFailed",
+    "first_line",
     "format_config_error",
     "format_value",
     "shorten",
@@ -57,6 +58,12 @@ class OpenclawError(Exception):
 # Longest echo of a received value in a message: a hostile file can hold megabytes in one value.
 ECHO_LIMIT = 80
 REDACTED = "<redacted>"
+
+
+def first_line(error: BaseException) -> str:
+    """``Type: first line of its message`` (or the type alone): an exception from elsewhere, on one line."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
 def shorten(text: Any, limit: int = ECHO_LIMIT) -> str:

@@ -46,7 +46,7 @@ from openclaw_dask.cluster.plugins import BlasThreads, blas_threads, task_thread
 from openclaw_dask.cluster.running import RunningCluster, ThreadedEngine
 from openclaw_dask.cluster.security import security_for, tls_plan
 from openclaw_dask.cluster.settings import dask_settings
-from openclaw_dask.errors import ClusterStartError, ConfigError, shorten
+from openclaw_dask.errors import ClusterStartError, ConfigError, first_line, shorten
 
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
@@ -162,8 +162,7 @@ def _first_cause(error: BaseException) -> str:
     while (inner := error.__cause__ or error.__context__) is not None and id(inner) not in seen:
         seen.add(id(inner))
         error = inner
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return shorten(f"{type(error).__name__}: {text}" if text else type(error).__name__, 300)
+    return shorten(first_line(error), 300)
 
 
 def _hand_to_cluster(kwargs: dict[str, Any], settings: dict[str, Any]) -> None:

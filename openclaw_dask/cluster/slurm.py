@@ -42,7 +42,7 @@ from openclaw_dask.cluster.plugins import blas_env, task_threads
 from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.cluster.security import security_for, tls_plan
 from openclaw_dask.config import changed_from_defaults
-from openclaw_dask.errors import ClusterStartError, ConfigError, ResizeError
+from openclaw_dask.errors import ClusterStartError, ConfigError, ResizeError, first_line
 
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
@@ -183,7 +183,7 @@ class SlurmBackend(Backend):
             try:
                 cluster = SLURMCluster(**kwargs)
             except Exception as e:  # dask-jobqueue checks its keywords in many ways
-                raise ClusterStartError(f"could not set up the Slurm worker jobs ({_first_line(e)})") from e
+                raise ClusterStartError(f"could not set up the Slurm worker jobs ({first_line(e)})") from e
             undo.callback(_cancel_all, cluster)
             _submit(cluster, n // kwargs["processes"])
             client = Client(cluster, timeout=config.parallel.timeout, security=kwargs["security"])
@@ -225,7 +225,7 @@ class SlurmCluster(DistributedCluster):
                 try:
                     self.cluster.sync(self.cluster._correct_state)  # starts a job for each spec without one
                 except Exception as e:  # noqa: BLE001  (a refused sbatch: the run goes on with fewer workers, said once)
-                    logger.warning("could not submit a replacement job (%s)", _first_line(e))
+                    logger.warning("could not submit a replacement job (%s)", first_line(e))
 
     def scale(self, n: int) -> Callable[[], bool]:
         with self._lock:
@@ -309,13 +309,8 @@ def _submit(cluster: Any, jobs: int) -> None:
                 cluster.workers.pop(name, None)
                 cluster.worker_spec.pop(name, None)
         said = [line.strip() for line in str(e).splitlines() if "error:" in line]
-        raise ClusterStartError(f"sbatch refused the worker jobs ({'; '.join(said) or _first_line(e)}); check the "
+        raise ClusterStartError(f"sbatch refused the worker jobs ({'; '.join(said) or first_line(e)}); check the "
                                 "script with: openclaw slurm script ... | sbatch --test-only") from None
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
 def _job_ids(cluster: Any) -> list[str]:
