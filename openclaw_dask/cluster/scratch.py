@@ -38,9 +38,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from openclaw_dask.cluster.base import Engine
     from openclaw_dask.config import Config
 
-__all__ = ["LOCK", "MARKER", "PREFIX", "SPILL_SHARE", "marker_text", "max_spill", "named_folder", "scratch"]
+__all__ = ["LOCK", "MARKER", "PREFIX", "SPILL_SHARE", "marker_text", "max_spill", "named_folder", "scratch", "spills"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -63,6 +64,14 @@ def max_spill(config: Config, folder: str | os.PathLike[str]) -> int | bool:
     if bound == "auto":
         bound = int(shutil.disk_usage(_existing(Path(folder))).free * SPILL_SHARE)
     return max(1, int(bound) // worker_processes(config))
+
+
+def spills(engine: Engine | None) -> bool:
+    """Whether ``engine``'s workers spill: only a distributed cluster's (dask's threaded scheduler keeps all in memory).
+
+    ``None``, an engine that cannot be told on this machine, is a GPU cluster's.
+    """
+    return engine is None or engine.distributed
 
 
 def named_folder(config: Config) -> Path | None:

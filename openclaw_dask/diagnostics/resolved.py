@@ -105,7 +105,7 @@ def _memory_and_disk(config: Config, backend: Backend, n: int, engine: Engine | 
     """Each worker's memory limit, the spill folder and the spill bound, where the workers are on this machine."""
     from distributed.system import MEMORY_LIMIT
 
-    from openclaw_dask.cluster.scratch import SPILL_SHARE, max_spill, named_folder
+    from openclaw_dask.cluster.scratch import SPILL_SHARE, max_spill, named_folder, spills
 
     out: dict[str, str] = {}
     c = config.cluster
@@ -116,9 +116,7 @@ def _memory_and_disk(config: Config, backend: Backend, n: int, engine: Engine | 
     root = tempfile.gettempdir() if folder is None else str(folder)
     if c.local_directory == "auto":
         out["cluster.local_directory"] = f"a new {root}/openclaw-<pid>-* folder, removed when the session ends"
-    # workers spill only on a distributed cluster (dask's threaded scheduler keeps everything in memory);
-    # an engine not told here is a GPU cluster's
-    if c.max_spill == "auto" and (engine is None or engine.distributed):
+    if c.max_spill == "auto" and spills(engine):
         out["cluster.max_spill"] = (f"{format_bytes(int(max_spill(config, root)))} a worker: {SPILL_SHARE:.0%} of the "
                                     f"free disk under {root}, shared by {n} worker(s)")
     return out
