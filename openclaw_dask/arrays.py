@@ -7,13 +7,17 @@ session first and are also :class:`~openclaw_dask.Session` methods (``s.array(..
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from dask.utils import format_bytes
 
+from openclaw_dask import memory_model
 from openclaw_dask.chunking import ChunkPlan, plan_chunks
 from openclaw_dask.cluster import running_of
+from openclaw_dask.config.values import ChunkSize
 from openclaw_dask.errors import OpenclawError
 
 if TYPE_CHECKING:
@@ -27,14 +31,45 @@ FILLS = ("arange", "random", "noise", "zeros", "ones")
 
 
 def chunk_plan(session: SessionLike, shape: tuple[int, ...], dtype: Any = "float64") -> ChunkPlan:
-    """The chunks :func:`chunks` would choose for ``session``, with the reason (see :mod:`openclaw_dask.chunking`)."""
+    """The chunks :func:`chunks` would choose for ``session``, with the reason (see :mod:`openclaw_dask.chunking`).
+
+    Auto chunks are then held to the memory model: when a map-reduce over the array in them (its chunks
+    made, changed and reduced as they go) is projected not to fit a worker, they are lowered to the chunk
+    the model names (:func:`openclaw_dask.memory_model.fitting_chunk`).
+    """
     p = session.config.parallel
+    plan = _planned(session, shape, dtype, p.task_chunk_size)
+    if p.task_chunk_size.kind != "auto":
+        return plan
+    for _ in range(3):  # the model scales footprints with the chunk: one step fits unless rounding is against it
+        fit = _fitting_chunk(session, plan)
+        if fit is None or fit >= plan.chunk_bytes:
+            return plan
+        smaller = _planned(session, shape, dtype, ChunkSize("bytes", fit))
+        plan = dataclasses.replace(smaller, reason=f"{plan.reason}, lowered to {format_bytes(smaller.chunk_bytes)} "
+                                   "so a map-reduce over it fits a worker's memory (docs/memory.md)")
+    return plan
+
+
+def _planned(session: SessionLike, shape: tuple[int, ...], dtype: Any, size: ChunkSize) -> ChunkPlan:
     memory, threads = running_of(session).worker_memory()
     return plan_chunks(
-        tuple(shape), dtype, task_chunk_size=p.task_chunk_size, strategy=p.strategy, slots=session.slots,
+        tuple(shape), dtype, task_chunk_size=size, strategy=session.config.parallel.strategy, slots=session.slots,
         task_overhead_s=session.engine.task_overhead_s, worker_memory=memory, threads_per_worker=threads,
         stream_bytes_per_s=session.engine.stream_bytes_per_s, max_chunk_bytes=session.engine.max_chunk_bytes,
     )
+
+
+def _fitting_chunk(session: SessionLike, plan: ChunkPlan) -> int | None:
+    """The chunk (bytes) the memory model names for a map-reduce over ``plan``'s array, ``None`` when it fits."""
+    import dask.array as da
+
+    if plan.chunk_bytes <= 0 or session.config.cluster.memory_check == "off":
+        return None
+    x = da.ones(plan.shape, dtype=plan.dtype, chunks=plan.chunks)
+    # in 80% of what a worker may use: its process memory grows between planning and running (an in-process
+    # worker's is the client's too)
+    return memory_model.fitting_chunk(session, [(x + 1).sum()], share=0.8)
 
 
 def chunks(session: SessionLike, shape: tuple[int, ...], dtype: Any = "float64") -> tuple[tuple[int, ...], ...]:

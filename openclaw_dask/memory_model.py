@@ -30,12 +30,13 @@ from openclaw_dask.errors import ConfigError
 if TYPE_CHECKING:
     from openclaw_dask.cluster import SessionLike
 
-__all__ = ["MAX_WALK_TASKS", "RESERVE", "Misfit", "Projection", "Task", "describe", "misfit", "project", "require_fit",
-           "suggest_chunk", "watched"]
+__all__ = ["LOCAL", "MAX_WALK_TASKS", "RESERVE", "Misfit", "Projection", "Task", "describe", "fits", "fitting_chunk", "misfit", "project",
+           "require_fit", "suggest_chunk", "watched"]
 
 logger = logging.getLogger("openclaw_dask.memory")
 
 RESERVE = 4 * 2**20  # per worker: task state, messages and allocator slack that no chunk size shows
+LOCAL = "this process"  # the one worker of a local engine (dask's threaded or synchronous scheduler)
 MAX_WALK_TASKS = 10_000  # a bigger graph is projected from its layers' chunks alone, to stay under a second
 
 
@@ -441,13 +442,14 @@ def describe(projection: Projection, over: Misfit) -> str:
 
     t = projection.task
     shape = "x".join(map(str, t.shape)) if t.shape else "?"
+    where = over.worker if over.worker == LOCAL else f"worker {over.worker}"
     tasks = (f"{projection.threads} thread(s) running tasks like '{t.layer}' (chunk {shape}, "
              f"{fb(t.footprint)} of inputs and output)")
     if over.baseline + projection.running > over.allowed:  # what no spilling can make room for
-        return (f"this graph's running tasks are projected to need {fb(over.baseline + projection.running)} on worker "
-                f"{over.worker} ({fb(over.baseline)} in use + {tasks} and queued roots, which cannot be spilled) "
+        return (f"this graph's running tasks are projected to need {fb(over.baseline + projection.running)} on "
+                f"{where} ({fb(over.baseline)} in use + {tasks} and queued roots, which cannot be spilled) "
                 f"but it may use {fb(over.allowed)}")
-    return (f"this graph is projected to need {fb(over.baseline + projection.per_worker)} on worker {over.worker} "
+    return (f"this graph is projected to need {fb(over.baseline + projection.per_worker)} on {where} "
             f"({fb(over.baseline)} in use + {fb(projection.per_worker)}: {tasks}, {fb(projection.held)} held at once) "
             f"but it may use {fb(over.allowed)}" + (f" and spill {fb(over.spill)}" if over.spill else ""))
 
@@ -456,6 +458,8 @@ def require_fit(session: SessionLike, collections: list[Any]) -> Projection | No
     """Refuse (or warn of, per ``cluster.memory_check``) ``collections`` projected over a worker's memory.
 
     Returns the projection (``None``: not checked: off, no workers with a limit, or no array graph).
+    On a local engine (dask's threaded or synchronous scheduler) the one worker is this process: what
+    it may use is the pause fraction of its memory now plus the machine's available memory.
 
     Raises
     ------
@@ -464,28 +468,19 @@ def require_fit(session: SessionLike, collections: list[Any]) -> Projection | No
         bytes, and the ``task_chunk_size`` or ``cluster.memory_limit`` that would fit.
     """
     mode = session.config.cluster.memory_check
-    workers = session.workers() if mode != "off" else {}
-    if not workers or not all(w.get("memory_limit") for w in workers.values()):
+    checked = _checked(session, collections) if mode != "off" else None
+    if checked is None:
         return None
-    import dask
-
-    saturation = float(dask.config.get("distributed.scheduler.worker-saturation", 1.1))
-    threads = max(int(w.get("nthreads", 1)) for w in workers.values())
-    projection = project(collections, workers=len(workers), threads=threads, saturation=saturation)
-    if projection is None:
-        return None
-    pause = float(dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0)
-    spill = configured_max_spill(session.backend.capabilities.owns_cluster)
-    max_spill = None if spill is None else (spill if spill is not False else _free_disk(len(workers)))
-    # With half the room to spare by the heartbeats' figures it fits: asking the workers costs a round trip
-    # per compute. Else, or when a profile compares the projection with the peak, their memory now.
-    if _WATCHERS or misfit(projection, workers, pause=pause / 2, max_spill=max_spill) is not None:
-        workers = _in_use_now(session, workers)
-    over = misfit(projection, workers, pause=pause, max_spill=max_spill)
+    projection, workers, over = checked
     if over is None:
         _tell(projection, workers)
         return projection
-    fix = f"{MEMORY_LIMIT}: {-(-over.limit // 2**20)}MiB"  # whole MiB, as the config file would say it
+    if LOCAL in workers:  # no memory_limit to raise: this machine's memory is the limit
+        from dask.utils import format_bytes
+
+        fix = f"less data at once, or a machine with {format_bytes(over.limit)} of memory"
+    else:
+        fix = f"{MEMORY_LIMIT}: {-(-over.limit // 2**20)}MiB"  # whole MiB, as the config file would say it
     chunk = f"{over.chunk // 2**20}MiB" if over.chunk and over.chunk >= 2**20 else f"{(over.chunk or 0) // 2**10}KiB"
     fix = f"{TASK_CHUNK_SIZE}: {chunk} or {fix}" if over.chunk else fix
     line = f"{describe(projection, over)}; {fix} would fit ({MEMORY_CHECK}: warn runs it anyway)"
@@ -494,6 +489,76 @@ def require_fit(session: SessionLike, collections: list[Any]) -> Projection | No
     logger.warning("%s", line)
     _tell(projection, workers)
     return projection
+
+
+def fits(session: SessionLike, collections: list[Any], *, spill: bool = True) -> bool:
+    """Whether ``collections`` are projected to fit ``session``'s workers (``True`` when nothing can be projected).
+
+    Never raises: a workload asks this to choose how to run (e.g. persist its input or stream it).
+    ``spill=False``: in memory, without the workers' share of ``cluster.max_spill``.
+    ``cluster.memory_check: off`` projects nothing: everything fits.
+    """
+    checked = _checked(session, collections, spill=spill) if session.config.cluster.memory_check != "off" else None
+    return checked is None or checked[2] is None
+
+
+def fitting_chunk(session: SessionLike, collections: list[Any], *, share: float = 1.0) -> int | None:
+    """The biggest chunk (bytes) with which ``collections`` would fit ``share`` of what ``session``'s workers may use.
+
+    ``None`` when they fit, nothing can be projected, or no chunk size would make them fit (see :func:`suggest_chunk`).
+    """
+    checked = _checked(session, collections, share=share)
+    return None if checked is None or checked[2] is None else checked[2].chunk
+
+
+def _checked(session: SessionLike, collections: list[Any], *, spill: bool = True, share: float = 1.0
+             ) -> tuple[Projection, dict[str, dict[str, Any]], Misfit | None] | None:
+    """The projection of ``collections`` on ``session``'s workers, the workers, and the worst misfit (if any)."""
+    import dask
+
+    workers, local = _workers(session)
+    if not workers or not all(w.get("memory_limit") for w in workers.values()):
+        return None
+    pause = share * float(dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0)
+    if local and not _WATCHERS and _at_most(collections) <= pause / 2 * _room(workers[LOCAL], 1.0):
+        return None  # small beside this machine's memory: not worth a projection on the engine chosen for low overhead
+    saturation = float(dask.config.get("distributed.scheduler.worker-saturation", 1.1)) if not local else math.inf
+    threads = max(int(w.get("nthreads", 1)) for w in workers.values())
+    projection = project(collections, workers=len(workers), threads=threads, saturation=saturation)
+    if projection is None:
+        return None
+    bound = None if local or not spill else configured_max_spill(session.backend.capabilities.owns_cluster)
+    max_spill = None if bound is None else (bound if bound is not False else _free_disk(len(workers)))
+    # With half the room to spare by the heartbeats' figures it fits: asking the workers costs a round trip
+    # per compute. Else, or when a profile compares the projection with the peak, their memory now.
+    if not local and (_WATCHERS or misfit(projection, workers, pause=pause / 2, max_spill=max_spill) is not None):
+        workers = _in_use_now(session, workers)
+    return projection, workers, misfit(projection, workers, pause=pause, max_spill=max_spill)
+
+
+def _workers(session: SessionLike) -> tuple[dict[str, dict[str, Any]], bool]:
+    """The workers as the scheduler describes them, or this process as one worker on a local engine (and whether)."""
+    workers = session.workers()
+    if workers or not session.backend.capabilities.in_process:
+        return workers, False
+    import psutil
+
+    rss = _process_memory()
+    # what this process may grow to: its memory now and what the machine has available
+    limit = rss + int(psutil.virtual_memory().available)
+    return {LOCAL: {"memory_limit": limit, "nthreads": session.slots, "metrics": {"memory": rss}}}, True
+
+
+def _room(worker: dict[str, Any], pause: float) -> int:
+    return int(pause * worker["memory_limit"]) - int(worker["metrics"]["memory"])
+
+
+def _at_most(collections: list[Any]) -> int:
+    """Three times every array layer's bytes together: more than any graph of them holds at once."""
+    graph = _graph(collections)
+    if graph is None:
+        return 0
+    return 3 * sum(size * math.prod(sum(a) for a in chunks) for chunks, size in graph[0].values()) + RESERVE
 
 
 _WATCHERS: list[Callable[[dict[str, int]], None]] = []
@@ -511,6 +576,8 @@ def watched(callback: Callable[[dict[str, int]], None]) -> Iterator[None]:
 
 
 def _tell(projection: Projection, workers: dict[str, dict[str, Any]]) -> None:
+    if LOCAL in workers:  # the profiler compares it per worker: a local engine has none
+        return
     peaks = {a: int((w.get("metrics") or {}).get("memory", 0)) + projection.per_worker for a, w in workers.items()}
     for callback in _WATCHERS:
         callback(peaks)

@@ -190,34 +190,3 @@ def test_profile_shows_projected_peak_and_names_a_graph_over_it(small):
     (verdict,) = [v for v in analyze(hogs).verdicts if v.kind == "memory-model"]
     assert verdict.evidence["peak_memory"] > verdict.evidence["projected_memory"] > 0
     assert "above the" in verdict.summary and verdict.overrides == {}
-
-
-def _no_spill(record):
-    return all(w.spilled_bytes == 0 for w in record.workers.values())
-
-
-def test_a_reduction_of_four_times_the_memory_runs_under_the_limit(small):
-    n = 4 * 256 * MiB // 8  # 1 GiB of float64 on a 256 MiB worker, generated and reduced on the fly
-    x = small.array((n,), "float64", fill="arange")  # chunked by openclaw (task_chunk_size: auto)
-    with collect(small) as record:
-        total = small.compute(x.sum())
-    expected = n * (n - 1) / 2  # every partial sum is an integer below 2**53: exact in float64
-    assert abs(total - expected) <= 1e-12 * expected
-    (worker,) = record.workers.values()
-    assert worker.peak_memory < 256 * MiB * 0.8 and _no_spill(record)
-    assert record.projected_graphs == 1 and worker.peak_memory <= record.projected[worker.address]
-
-
-def test_a_map_reduce_over_a_zarr_store_of_four_times_the_memory(small, tmp_path):
-    pytest.importorskip("zarr", reason="the io extra: pip install 'openclaw-dask[io]'")
-    n = 4 * 256 * MiB // 8
-    # auto chunks (32 MiB here) are refused: two threads each writing one hold it and the store's encoded copy
-    x = small.array((n,), "float64", fill="arange", chunks=((8 * MiB // 8,) * (n // MiB),))
-    small.compute(da.to_zarr(x, str(tmp_path / "x.zarr"), compute=False))  # written by the workers, chunk by chunk
-    y = da.from_zarr(str(tmp_path / "x.zarr"))
-    with collect(small) as record:
-        total = small.compute((2 * y + 1).sum())
-    assert abs(total - n * n) <= 1e-12 * n * n  # sum of 2i + 1 for i < n
-    (worker,) = record.workers.values()
-    assert worker.peak_memory < 256 * MiB * 0.8 and _no_spill(record)
-    assert record.projected_graphs == 1 and worker.peak_memory <= record.projected[worker.address]

@@ -5,6 +5,7 @@ Every spill here goes to the test's own folder, under a few MiB of ``max_spill``
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -31,23 +32,26 @@ MiB = 2**20
 # -- an input that cannot fit is refused before it runs -------------------------------------
 
 
-def test_array_sum_bigger_than_memory_is_refused_in_one_line():
+def test_array_sum_whose_chunks_cannot_fit_is_refused_in_one_line():
+    # Data bigger than memory runs out of core (tests/test_out_of_core.py); chunks that cannot fit cannot.
     t0 = time.monotonic()
-    r = CliRunner().invoke(main, ["run", "array-sum", "--size", "200GiB"])
+    r = CliRunner().invoke(main, ["run", "array-sum", "--size", "200GiB", "--set", "parallel.task_chunk_size=64GiB"])
     assert r.exit_code == 2, r.output
     (line,) = r.output.strip().splitlines()
-    assert line.startswith("openclaw: error: workload.size = 200.00 GiB does not fit in memory: this session's 1 worker(s) hold ")
-    assert line.endswith("; lower --size, add workers, or raise cluster.memory_limit")
+    assert line.startswith("openclaw: error: this graph's running tasks are projected to need "), line
+    assert " on this process (" in line and "which cannot be spilled" in line and "parallel.task_chunk_size: " in line
     assert time.monotonic() - t0 < 10
 
 
-def test_process_workers_memory_limit_bounds_what_fits():
-    # What fits is what the workers take before they pause plus what they may spill (tests/test_hangs.py has more).
-    r = CliRunner().invoke(main, ["run", "--size", "512MiB", "--set", "parallel.backend=process", "--set", "parallel.workers=2",
-                                  "--set", "cluster.memory_limit=200MiB", "--set", "cluster.max_spill=32MiB"])
-    assert r.exit_code == 2, r.output
-    assert "512.00 MiB does not fit: this session's 2 worker(s) have 400.00 MiB of cluster.memory_limit, take " in r.output
-    assert "(cluster.max_spill: 16.00 MiB per worker)" in r.output
+def test_process_workers_bigger_input_than_memory_runs_out_of_core():
+    # What fits in memory is what the workers take before they pause; past it array-sum does not persist its input
+    # (nor spill it) but generates and sums it on the fly (docs/memory.md)
+    r = CliRunner().invoke(main, ["run", "--size", "512MiB", "--json", "--set", "parallel.backend=process",
+                                  "--set", "parallel.workers=2", "--set", "cluster.memory_limit=200MiB",
+                                  "--set", "cluster.max_spill=32MiB", "--set", "workload.repeat=1"])
+    assert r.exit_code == 0, r.output
+    result = json.loads(r.output)
+    assert result["ok"] and result["out_of_core"] and result["workers"] == 2
 
 
 # -- the spill folder and its bound ----------------------------------------------------------

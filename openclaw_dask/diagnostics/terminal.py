@@ -64,7 +64,11 @@ def print_run_summary(r: Any) -> None:
     else:
         table.add_row("throughput", f"{r.gbps:.2f} GB/s over {_b(r.size_bytes)} (median of {len(r.sum_s_all)} sums: "
                       f"{r.sum_s * 1e3:.1f} ms; memory bandwidth {r.bandwidth_gbps:.1f} GB/s)")
-    table.add_row("wall time", f"{r.wall_s:.2f} s (generation {r.generate_s:.2f} s)")
+    generation = "in each sum: out of core" if r.out_of_core else f"{r.generate_s:.2f} s"
+    table.add_row("wall time", f"{r.wall_s:.2f} s (generation {generation})")
+    if r.out_of_core:
+        table.add_row("memory", "out of core: the array does not fit the workers' memory (docs/memory.md), so each sum "
+                      "generated its chunks and reduced them as it went; GB/s includes generation")
     table.add_row("cluster", f"{r.backend}: {r.workers} worker(s), {r.threads} thread(s)")
     table.add_row("engine", r.engine)
     table.add_row("chunks", f"{r.n_chunks} x {_b(r.chunk_bytes)} ({r.chunk_reason})")
