@@ -1,10 +1,10 @@
 """A run that cannot proceed ends in bounded time with one line (issue 22, item 6, and taken ports).
 
 Memory limits that cannot hold a worker, or that together exceed this machine, are refused
-before anything starts; the input pre-check counts what workers take before they pause and
-what they may spill; a run whose workers are paused at their limit with nothing moving ends
+before anything starts; an input bigger than the workers' memory runs out of core (the memory
+model, not a pre-check, decides); a run whose workers are paused at their limit with nothing moving ends
 after ``parallel.timeout``; a fixed dashboard or metrics port that is taken is refused.
-Worker memory limits here are 200 MiB, data at most 220 MiB, spill bounds 16 MiB in the
+Worker memory limits here are 200 to 450 MiB, data at most 340 MiB, spill bounds 16 MiB in the
 test's own folder, removed at the end.
 """
 
@@ -31,7 +31,6 @@ from openclaw_dask.cli import main
 from openclaw_dask.cluster import load_for_backend as load_config
 from openclaw_dask.cluster.stall import StallWatch
 from openclaw_dask.errors import ConfigError, RunError
-from openclaw_dask.workloads.memory import capacity
 from tests.conftest import openclaw
 
 MiB, GiB = 2**20, 2**30
@@ -110,22 +109,7 @@ def test_memory_elsewhere_is_not_held_to_this_machine():
         rules._check_memory(ProcessBackend(), config)
 
 
-# -- the input pre-check: memory before the pause, and spill --------------------------------------------------
-
-
-def _worker(limit: int, rss: int, threads: int = 1) -> dict:
-    return {"memory_limit": limit, "nthreads": threads, "metrics": {"memory": rss}}
-
-
-def test_capacity_is_memory_before_the_pause_less_the_process_plus_whole_chunks_of_spill():
-    workers = {"a": _worker(450 * MiB, 60 * MiB), "b": _worker(450 * MiB, 100 * MiB, threads=2)}
-    room = capacity(workers, pause=0.8, max_spill=40 * MiB, chunk=8 * MiB)
-    assert room.memory == (360 - 60 - 8) * MiB + (360 - 100 - 16) * MiB
-    assert room.spill == 2 * 40 * MiB and room.total == room.memory + room.spill
-    # a chunk bigger than the spill bound cannot be spilled at all (the issue's 85 MiB chunks, 40 MiB bound)
-    assert capacity(workers, pause=0.8, max_spill=40 * MiB, chunk=85 * MiB).spill == 0
-    assert capacity(workers, pause=0.8, max_spill=None, chunk=8 * MiB).spill == 0
-    assert capacity({"a": _worker(100 * MiB, 90 * MiB)}, pause=0.8, max_spill=None).memory == 0  # never negative
+# -- an input bigger than memory: out of core ----------------------------------------------------------------
 
 
 def test_the_issues_command_runs_out_of_core_and_finishes():
