@@ -235,7 +235,7 @@ def test_plan_maps_the_config_onto_slurmcluster_keywords():
     (["parallel.workers=3", "slurm.processes_per_job=2"], "parallel.workers"),
     (["parallel.workers=2", "cluster.max_spill=1GiB"], "cluster.max_spill"),
     (["parallel.workers=2", "parallel.communication=inproc"], "parallel.communication"),
-    (["parallel.workers=2", "elastic.adaptive=true"], "elastic.adaptive"),
+    (["parallel.workers=2", "elastic.adaptive=true"], "elastic.max_workers"),  # adaptive needs a largest job count
 ])
 def test_what_a_batch_job_cannot_honour_is_one_line(sets, key):
     from tests.conftest import openclaw

@@ -88,6 +88,9 @@ def _check_services(backend: Backend, config: Config) -> None:
     if config.elastic.adaptive and not cap.adapt:
         raise ConfigError.at(config, "elastic.adaptive", "adaptive scaling starts and stops worker processes: "
                              f"use backend {able('adapt')} (backend is {name})")
+    if config.elastic.adaptive and config.elastic.min_workers == 0 and not cap.jobs:
+        raise ConfigError.at(config, "elastic.min_workers", "0 leaves the session no worker to run on; only backend "
+                             f"{able('jobs')}, whose session waits for the jobs it submits, goes down to none", hint="use 1 or more")
     if config.monitoring.prometheus and not cap.prometheus:
         why = backend.why_not.get("prometheus", f"backend {name} does not serve openclaw's metrics; use backend {able('prometheus')}")
         raise ConfigError.at(config, "monitoring.prometheus", why)

@@ -41,13 +41,14 @@ from openclaw_dask.cluster.network import bind_host, dashboard_address, http_hos
 from openclaw_dask.cluster.plugins import blas_env, task_threads
 from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.cluster.security import security_for, tls_plan
+from openclaw_dask.cluster.slurm_tasks import allocation_step, check_in_allocation, join
 from openclaw_dask.config import changed_from_defaults
 from openclaw_dask.errors import ClusterStartError, ConfigError, ResizeError, first_line
 
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
 
-__all__ = ["AUTO_MEMORY_PER_CORE", "SlurmBackend", "SlurmCluster", "job_script"]
+__all__ = ["AUTO_MEMORY_PER_CORE", "SlurmBackend", "SlurmCluster", "job_script", "scheduler_options"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -79,6 +80,20 @@ def _jobs(config: Config) -> int:
     return workers // per_job
 
 
+def _check_adaptive(config: Config) -> None:
+    """``elastic.adaptive`` submits and cancels whole jobs: its bounds are numbers of workers that fill whole jobs."""
+    e, per_job = config.elastic, config.slurm.processes_per_job
+    if not e.adaptive:
+        return
+    if e.max_workers == "auto":
+        raise ConfigError.at(config, "elastic.max_workers", "backend slurm needs a largest number of workers to submit jobs for "
+                             "(auto means this machine's cores)", hint=f"e.g. --set elastic.max_workers={4 * per_job}")
+    for key, n in (("elastic.min_workers", e.min_workers), ("elastic.max_workers", e.max_workers)):
+        if n % per_job:
+            raise ConfigError.at(config, key, f"is not a multiple of slurm.processes_per_job ({per_job}): adaptive scaling "
+                                 "submits and cancels whole jobs", hint=f"e.g. --set {key}={per_job * max(1, n // per_job)}")
+
+
 def _prologue(config: Config) -> list[str]:
     """``export`` lines for the job: BLAS threads, the dask settings every process of a session takes, then the user's."""
     from openclaw_dask.cluster.settings import dask_settings
@@ -104,6 +119,15 @@ def _directives(config: Config) -> list[str]:
     return lines + list(s.job_extra_directives)
 
 
+def scheduler_options(config: Config) -> dict[str, Any]:
+    """Where the scheduler binds (``network_interface``, else ``cluster.host``) and its HTTP server's address."""
+    p, host = config.parallel, bind_host(config)
+    web = http_host(config, host)
+    where: dict[str, Any] = {"interface": p.network_interface} if p.network_interface else {"host": host}
+    dashboard = dashboard_address(config, web)
+    return {**where, "dashboard_address": dashboard or f"{web}:{config.monitoring.port}", "dashboard": dashboard is not None}
+
+
 def _memory(config: Config) -> int:
     """Bytes per worker process: ``cluster.memory_limit``, or :data:`AUTO_MEMORY_PER_CORE` per core."""
     limit = config.cluster.memory_limit
@@ -114,9 +138,8 @@ class SlurmBackend(Backend):
     """``slurm``: worker processes in Slurm batch jobs (dask-jobqueue); scheduler and client in this process."""
 
     name = "slurm"
-    capabilities = Capabilities(worker_processes=True, tls=True, jobs=True, resize=True)
+    capabilities = Capabilities(worker_processes=True, tls=True, jobs=True, resize=True, adapt=True)
     why_not = MappingProxyType({
-        "adapt": "adaptive scaling of Slurm jobs is not built yet; set parallel.workers",
         "prometheus": "openclaw's metrics are not tested on backend slurm yet; remove it",
         "socket_buffers": "socket buffer sizes on the compute nodes are not set by openclaw",
     })
@@ -126,7 +149,11 @@ class SlurmBackend(Backend):
     def check(self, config: Config) -> None:
         super().check(config)
         p = config.parallel
-        _jobs(config)
+        step = allocation_step()
+        if step is not None:
+            check_in_allocation(config, step)
+        else:
+            _jobs(config)
         if p.communication not in ("auto", "tcp", "tls"):
             raise ConfigError.at(config, "parallel.communication", "worker jobs connect with tcp:// (or tls://) addresses",
                                  hint="use auto, tcp or tls")
@@ -134,6 +161,7 @@ class SlurmBackend(Backend):
             raise ConfigError.at(config, "security.temporary_certificates", "certificates kept in this process's memory "
                                  "cannot reach a batch job", hint="set security.ca_file, cert_file and key_file on a "
                                  "file system the compute nodes share")
+        _check_adaptive(config)
         changed = changed_from_defaults(config, _LOCAL_ONLY)
         if changed:
             raise ConfigError.at(config, changed[0], "describes processes on this machine; a worker job's are set by "
@@ -142,9 +170,7 @@ class SlurmBackend(Backend):
     def plan(self, config: Config) -> dict[str, Any]:
         """``SLURMCluster``'s keyword arguments for ``config`` (nothing is started, nothing is written)."""
         p, c, s = config.parallel, config.cluster, config.slurm
-        per_job, host = s.processes_per_job, bind_host(config)
-        web = http_host(config, host)
-        where: dict[str, str] = {"interface": p.network_interface} if p.network_interface else {"host": host}
+        per_job = s.processes_per_job
         return {
             "n_workers": _jobs(config) * per_job, "processes": per_job, "job_name": JOB_NAME,
             "cores": per_job * task_threads(config), "job_cpu": per_job * p.omp_threads,
@@ -154,12 +180,15 @@ class SlurmBackend(Backend):
             "death_timeout": int(-(-p.timeout // 1)), "interface": p.network_interface,
             "local_directory": None if c.local_directory == "auto" else c.local_directory,
             "protocol": protocol(config, self) + "://", "security": tls_plan(config),
-            "scheduler_options": {**where, "dashboard_address": dashboard_address(config, web) or f"{web}:{config.monitoring.port}",
-                                  "dashboard": dashboard_address(config, web) is not None},
+            "scheduler_options": scheduler_options(config),
             "silence_logs": getattr(logging, p.log_level),
         }
 
     def describe(self, config: Config) -> list[str]:
+        step = allocation_step()
+        if step is not None:
+            where = f"inside Slurm step {step.id}: scheduler in task 0, this run in task 1, {step.tasks - 2} worker task(s)"
+            return [f"{where}; no job is submitted"]
         kw = self.plan(config)
         jobs = kw["n_workers"] // kw["processes"]
         from dask.utils import format_bytes
@@ -169,8 +198,16 @@ class SlurmBackend(Backend):
         return [f"{what}, partition {kw['queue'] or '(default)'} (openclaw slurm script prints the job script)"]
 
     def start(self, config: Config) -> RunningCluster:
-        """Start the scheduler here, submit the worker jobs, and wait until their workers have joined."""
+        """Start the scheduler here, submit the worker jobs, and wait until their workers have joined.
+
+        Inside a step of ``srun -n N`` nothing is submitted: the step's tasks are the cluster
+        (:mod:`openclaw_dask.cluster.slurm_tasks`); only task 1 returns from here.
+        """
         from distributed import Client
+
+        step = allocation_step()
+        if step is not None:
+            return join(self, config, step)
 
         SLURMCluster = _jobqueue().SLURMCluster
         kwargs = self.plan(config)
@@ -230,6 +267,12 @@ class SlurmCluster(DistributedCluster):
     def scale(self, n: int) -> Callable[[], bool]:
         with self._lock:
             return self._scaled(n)
+
+    def adapt(self) -> Callable[[], None]:
+        """``elastic.adaptive`` in whole jobs (:class:`~openclaw_dask.cluster.adaptive.JobAdaptive`); returns its stop."""
+        from openclaw_dask.cluster.adaptive import adapt
+
+        return adapt(self.cluster, self.config, per_job=self.config.slurm.processes_per_job).stop
 
     def _scaled(self, n: int) -> Callable[[], bool]:
         """Submit or cancel whole jobs: the workers of leaving jobs retire first (their data moves), then ``scancel``."""

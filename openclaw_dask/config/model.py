@@ -255,9 +255,10 @@ class ElasticConfig:
         minimum time between two resize_workers() calls: resizing moves data (the guide advises 10 minutes);
         resize_workers(n, force=True) skips the wait""")
     adaptive: bool = setting(v.boolean, False, """
-        let the scheduler add workers when work queues up and retire idle ones (process backend);
-        a worker is retired only after cooldown of steady "fewer" advice, and its data moves first""")
-    min_workers: int = setting(v.integer(1, v.MAX_WORKERS), 1, "fewest workers adaptive scaling keeps")
+        let the scheduler add workers when work queues up and retire idle ones (backends process, kubernetes, slurm:
+        whole jobs); a worker is retired only after cooldown of steady "fewer" advice, and its data moves first""")
+    min_workers: int = setting(v.integer(0, v.MAX_WORKERS), 1, """
+        fewest workers adaptive scaling keeps; 0 (backend slurm only) = no job stays queued or running while idle""")
     max_workers: int | Literal["auto"] = setting(v.integer(1, v.MAX_WORKERS, auto=True), "auto", """
         most workers adaptive scaling starts; auto = CPU cores""")
     interval: float = setting(v.duration(0.1, 3600), "1s", "how often adaptive scaling asks the scheduler")
