@@ -6,8 +6,10 @@ stopped after the module); these tests skip with its reason where it cannot run.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -66,6 +68,62 @@ def test_a_step_is_found_from_sruns_variables_and_checked(monkeypatch):
 # -- against the real one-node Slurm ------------------------------------------------------------
 
 
+WALLTIME = r'''
+import json, subprocess, time
+import dask.array as da
+import openclaw_dask
+
+def running():
+    out = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-n", "openclaw-walltime", "-o", "%i"], capture_output=True,
+                         text=True, check=True)
+    return sorted(int(i) for i in out.stdout.split())
+
+with openclaw_dask.session(backend="slurm", workers=1, memory_limit="512MiB", walltime="1m", timeout="60s",
+                           job_extra_directives=["-J openclaw-walltime"]) as s:  # named apart from the other tests' jobs
+    x = s.persist(da.arange(4_000_000, chunks=250_000, dtype="float64"))
+    first, t0 = running(), time.monotonic()
+    deadline = t0 + 150
+    while first[0] in running() and time.monotonic() < deadline:  # Slurm ends the job at its time limit
+        time.sleep(1)
+    killed = time.monotonic() - t0
+    while (not running() or not s.workers()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    after = running()
+    total = float(s.compute(x.sum()))  # the killed worker held every chunk: all recomputed on its successor
+print(json.dumps({"first": first, "after": after, "killed_after_s": killed, "total": total}))
+'''
+
+
+WALLTIME_JOB = "openclaw-walltime"
+
+
+@pytest.fixture(scope="module")
+def walltime_run(slurm, tmp_path_factory) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """The walltime session (:data:`WALLTIME`) in the background, started by the first test that asks.
+
+    Slurm ends a 1-minute job 60 to 90 s after it starts (slurmctld checks limits every 30 s): the
+    session waits that out while the tests before :func:`test_a_job_past_its_walltime_is_replaced_and_the_result_stays_exact`
+    run; its jobs are named :data:`WALLTIME_JOB`, which those tests leave out of what they count.
+    """
+    log = tmp_path_factory.mktemp("walltime") / "run.log"
+    proc = slurm.popen(str(BIN / "python"), "-c", WALLTIME, log=log)
+    try:
+        yield proc, log
+    finally:
+        if proc.poll() is None:
+            proc.terminate()  # SIGTERM: the session unwinds and cancels its job
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        proc.wait(30)
+
+
+def _ours(slurm: Slurm) -> list[tuple[str, str, str]]:
+    """The jobs Slurm knows, less the walltime session's."""
+    return [job for job in slurm.jobs() if job[1] != WALLTIME_JOB]
+
+
 ADAPTIVE = r'''
 import json, logging, subprocess, threading, time
 import openclaw_dask
@@ -76,7 +134,7 @@ seen, stop = [], threading.Event()
 
 def watch():  # every job Slurm knows, whatever its state, with the time it was seen
     while not stop.is_set():
-        out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
+        out = subprocess.run(["squeue", "-h", "-n", "openclaw-worker", "-o", "%i"], capture_output=True, text=True).stdout
         seen.append((time.monotonic(), sorted(out.split())))
         time.sleep(0.25)
 
@@ -106,7 +164,7 @@ print(json.dumps({"seen": seen, "t1": t1, "t2": t2, "idle": idle, "first": sum(f
 '''
 
 
-def test_adaptive_submits_keeps_between_computes_and_cancels_whole_jobs(slurm):
+def test_adaptive_submits_keeps_between_computes_and_cancels_whole_jobs(slurm, walltime_run):  # starts its minute now
     r = slurm.run(str(BIN / "python"), "-c", ADAPTIVE, timeout=150)
     assert r.returncode == 0, r.stderr[-3000:] + slurm.logs()
     out = _json_result(r.stdout)
@@ -118,7 +176,7 @@ def test_adaptive_submits_keeps_between_computes_and_cancels_whole_jobs(slurm):
     assert len(across) == 1 and len(next(iter(across))) == 2, seen  # the same two jobs through the gap: none cancelled or resubmitted
     assert out["idle"][0] == 0, out  # then idle past elastic.cooldown: both jobs cancelled, the session still open
     assert "adaptive: up to 2 jobs" in r.stderr and "adaptive: retiring" in r.stderr, r.stderr[-3000:]
-    _wait(lambda: slurm.jobs() == [], 15, "jobs left after the session", slurm)
+    _wait(lambda: _ours(slurm) == [], 15, "jobs left after the session", slurm)
 
 
 JOB = r'''
@@ -135,12 +193,12 @@ def test_srun_runs_scheduler_client_and_workers_in_its_tasks_submitting_nothing(
     script = tmp_path / "job.py"
     script.write_text(JOB)
     seen: list[list[tuple[str, str, str]]] = []
-    command = (f"cd {tmp_path} && exec srun -n 4 {BIN / 'openclaw'} run {script} --json --set parallel.backend=slurm "
+    command = (f"cd {tmp_path} && exec srun -n 4 --mem=2G {BIN / 'openclaw'} run {script} --json --set parallel.backend=slurm "
                "--set cluster.memory_limit=512MiB")  # srun's folder is the step's SLURM_SUBMIT_DIR: the scheduler file's
     proc = slurm.popen("sh", "-c", command, log=tmp_path / "run.log")
     try:
         while proc.poll() is None:
-            seen.append(slurm.jobs())
+            seen.append(_ours(slurm))
             time.sleep(0.5)
     finally:
         if proc.poll() is None:
@@ -153,51 +211,29 @@ def test_srun_runs_scheduler_client_and_workers_in_its_tasks_submitting_nothing(
     assert summary["ok"] is True and summary["workers"] == 2, summary
     assert max(map(len, seen), default=0) == 1, seen  # only srun's own job: no worker job submitted
     assert not list(tmp_path.glob(".openclaw-scheduler-*.json"))  # the scheduler file went with the scheduler
-    _wait(lambda: slurm.jobs() == [], 15, "jobs left after the step", slurm)
+    _wait(lambda: _ours(slurm) == [], 15, "jobs left after the step", slurm)
 
 
 def test_a_failed_task_ends_the_step_with_one_line(slurm, tmp_path):
-    command = f"cd {tmp_path} && exec srun -n 3 {BIN / 'openclaw'} run --set parallel.backend=slurm --set parallel.workers=2"
+    command = f"cd {tmp_path} && exec srun -n 3 --mem=1G {BIN / 'openclaw'} run --set parallel.backend=slurm --set parallel.workers=2"
     r = slurm.run("sh", "-c", command, timeout=60)
     assert r.returncode != 0, r.stdout + r.stderr
     lines = [line for line in r.stderr.splitlines() if line.startswith("openclaw: error:")]
     assert lines and all("parallel.workers" in line and "srun -n 4" in line for line in lines), r.stderr
     assert "Traceback" not in r.stderr
-    _wait(lambda: slurm.jobs() == [], 15, "jobs left after the step", slurm)
-
-
-WALLTIME = r'''
-import json, subprocess, time
-import dask.array as da
-import openclaw_dask
-
-def running():
-    out = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"], capture_output=True, text=True, check=True)
-    return sorted(int(i) for i in out.stdout.split())
-
-with openclaw_dask.session(backend="slurm", workers=1, memory_limit="512MiB", walltime="1m", timeout="60s") as s:
-    x = s.persist(da.arange(4_000_000, chunks=250_000, dtype="float64"))
-    first, t0 = running(), time.monotonic()
-    deadline = t0 + 150
-    while first[0] in running() and time.monotonic() < deadline:  # Slurm ends the job at its time limit
-        time.sleep(1)
-    killed = time.monotonic() - t0
-    while (not running() or not s.workers()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    after = running()
-    total = float(s.compute(x.sum()))  # the killed worker held every chunk: all recomputed on its successor
-print(json.dumps({"first": first, "after": after, "killed_after_s": killed, "total": total}))
-'''
+    _wait(lambda: _ours(slurm) == [], 15, "jobs left after the step", slurm)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_job_past_its_walltime_is_replaced_and_the_result_stays_exact(slurm):
-    r = slurm.run(str(BIN / "python"), "-c", WALLTIME, timeout=240)
-    assert r.returncode == 0, r.stderr[-3000:] + slurm.logs()
-    out = _json_result(r.stdout)
+def test_a_job_past_its_walltime_is_replaced_and_the_result_stays_exact(slurm, walltime_run):
+    proc, log = walltime_run
+    proc.wait(240)
+    text = log.read_text()
+    assert proc.returncode == 0, text[-3000:] + slurm.logs()
+    out = _json_result(text)
     assert 40 <= out["killed_after_s"] <= 130, out  # a 1-minute limit; slurmctld checks limits every 30 s
     assert len(out["after"]) == 1 and out["after"] != out["first"], out
     assert out["total"] == 4_000_000 * 3_999_999 / 2, out
-    assert "submitting a replacement" in r.stderr, r.stderr[-2000:]
+    assert "submitting a replacement" in text, text[-2000:]
     _wait(lambda: slurm.jobs() == [], 15, "jobs left after the session", slurm)
