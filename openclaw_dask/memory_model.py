@@ -315,8 +315,9 @@ _CONCATENATING = frozenset({"_concatenate2", "concatenate_axes"})
 # dask's chunk functions that allocate arrays as big as their inputs, and how many at once:
 # (times the inputs, times the output): moment_chunk (var, std) holds ``A - mean`` and its power;
 # _chunk_sum (matmul) adds its inputs pairwise, a new sum each time; arg_chunk (argmax, argmin): NumPy
-# copies the block to make the reduced axis the last
-_TEMPORARIES = {"moment_chunk": (2, 0), "_chunk_sum": (0, 1), "arg_chunk": (1, 0)}
+# copies the block to make the reduced axis the last; _load_block (openclaw_dask.io.read): the reader's array,
+# then NumPy's copy of it
+_TEMPORARIES = {"moment_chunk": (2, 0), "_chunk_sum": (0, 1), "arg_chunk": (1, 0), "_load_block": (0, 1)}
 
 
 @dataclass

@@ -84,7 +84,8 @@ class ParallelConfig:
         true = refuse to start when the asked-for protocol is unavailable, instead of falling back to tcp""")
     task_chunk_size: ChunkSize = setting(v.chunk_size, "auto", """
         bytes per chunk (64MiB), an element count ("1000000 elements"), or auto: total / (workers x 10),
-        clamped so per-task overhead stays small and a worker's memory holds several chunks""")  # noqa: RUF009 (a field())
+        clamped so per-task overhead stays small and a worker's memory holds several chunks, then lowered until
+        a map-reduce over them fits each worker's memory by the memory model (docs/memory.md)""")  # noqa: RUF009 (a field())
     fusion_buffer_size: int | None = setting(v.size(64, 16 * v.GiB, none=True), None, """
         merge small pieces up to this size before each costs a task or a transfer: reductions' fan-in (split_every)
         fills it, many small files are read that much per task, and pieces moving between two workers (GPUs included)

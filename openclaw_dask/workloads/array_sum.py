@@ -99,16 +99,7 @@ def run(session: SessionLike, *, size: int | None = None, repeat: int | None = N
     chunks = _skewed(plan.chunks[0], cfg.workload.skew)
     before = session.recovery()
     t_start = time.perf_counter()
-    x = _array(session, n, chunks)
-    # the one check: the memory model, on the graph itself; a timed sum over spilled chunks would time the disk
-    out_of_core = not memory_model.fits(session, [x], spill=False)
-    if not out_of_core:
-        x = _persisted(session, x, progress)
-    generate_s = time.perf_counter() - t_start
-
-    with stall_watch(session) if out_of_core else contextlib.nullcontext():  # paused workers: as the persist's
-        total, times = _timed_sums(session, x, repeat)
-    del x  # release worker memory before reporting
+    total, times, generate_s, out_of_core = _summed(session, _array(session, n, chunks), repeat, progress)
     wall_s, expected, sum_s = time.perf_counter() - t_start, n * (n - 1) / 2, statistics.median(times)
     # out of core the run never holds its data: the limit is measured over what it holds at once (a cache's
     # bandwidth, a looser bound), not allocated whole beside the workers (an in-process worker's memory is this process's)
@@ -120,34 +111,31 @@ def run(session: SessionLike, *, size: int | None = None, repeat: int | None = N
     if invalid is None:  # Prometheus shows results only
         session.metrics.workload("array-sum", tasks=len(chunks) * (1 + repeat), nbytes=n * 8 * repeat, gbps=gbps)
     return ArraySumResult(
-        workload="array-sum",
-        result=total,
-        expected=expected,
-        ok=verdict.ok,
-        check=verdict.text(),
-        wall_s=wall_s,
-        generate_s=generate_s,
-        sum_s=sum_s,
-        sum_s_all=tuple(times),
-        gbps=gbps,
-        bandwidth_gbps=limit,
-        invalid=invalid,
-        size_bytes=n * 8,
-        n_elements=n,
-        chunk_bytes=8 * max(chunks),
-        n_chunks=len(chunks),
-        chunk_reason=plan.reason,
-        backend=session.backend.name,
-        engine=str(session.engine),
-        enabled=cfg.parallel.enabled,
-        workers=len(workers) or 1,
-        threads=session.slots,
-        workers_lost=recovery.workers_lost,
-        tasks_recomputed=recovery.tasks_recomputed,
-        failures_recovered=recovery.failures_recovered,
+        workload="array-sum", result=total, expected=expected, ok=verdict.ok, check=verdict.text(),
+        wall_s=wall_s, generate_s=generate_s, sum_s=sum_s, sum_s_all=tuple(times),
+        gbps=gbps, bandwidth_gbps=limit, invalid=invalid,
+        size_bytes=n * 8, n_elements=n, chunk_bytes=8 * max(chunks), n_chunks=len(chunks), chunk_reason=plan.reason,
+        backend=session.backend.name, engine=str(session.engine), enabled=cfg.parallel.enabled,
+        workers=len(workers) or 1, threads=session.slots, workers_lost=recovery.workers_lost,
+        tasks_recomputed=recovery.tasks_recomputed, failures_recovered=recovery.failures_recovered,
         out_of_core=out_of_core,
     )
 
+
+def _summed(session: SessionLike, x: Any, repeat: int, progress: bool) -> tuple[float, list[float], float, bool]:
+    """The sum of ``x``, each timed sum's seconds, the seconds generation took, and whether it ran out of core.
+
+    The one memory check is the model's, on the graph itself: ``x`` is persisted when it fits the workers'
+    memory without spilling (a timed sum over spilled chunks would time the disk), else generated in each sum.
+    """
+    t0 = time.perf_counter()
+    out_of_core = not memory_model.fits(session, [x], spill=False)
+    if not out_of_core:
+        x = _persisted(session, x, progress)
+    generate_s = time.perf_counter() - t0
+    with stall_watch(session) if out_of_core else contextlib.nullcontext():  # paused workers: as the persist's
+        total, times = _timed_sums(session, x, repeat)
+    return total, times, generate_s, out_of_core
 
 
 def _judged_gbps(session: SessionLike, nbytes: int, seconds: float, measured: int) -> tuple[float, float, str | None]:
