@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from openclaw_dask import arrays, display, memory_model, parts
 from openclaw_dask.cluster import backend_for, check, running_of
 from openclaw_dask.config import Config, load_config
+from openclaw_dask.dataflow.small_tasks import SmallTasks, batch_small_tasks
 from openclaw_dask.elastic import Elastic, ResizeResult
 from openclaw_dask.errors import OpenclawError
 from openclaw_dask.monitoring import Recovery, RunMetrics
@@ -68,6 +69,7 @@ class Session:
         self.running: RunningCluster | None = None
         self.metrics = RunMetrics()
         self.elastic = Elastic()
+        self.small_tasks: SmallTasks | None = None  # what the last compute batched
         self.started = self.closed = self.borrowed = False
         self._recovery: Any = None
         self._stack = contextlib.ExitStack()
@@ -142,11 +144,11 @@ class Session:
         """Compute on this session's engine: its client, or dask's local scheduler.
 
         One collection gives its result; several give a tuple, as :func:`dask.compute`.
-        Failed tasks are retried ``fault_tolerance.retries`` times (distributed engine).
+        Failed tasks are retried (``fault_tolerance.retries``); tiny delayed tasks run batched (:mod:`.dataflow.small_tasks`).
         """
         memory_model.require_fit(self, list(collections))  # refused before any task runs
-        results = running_of(self).compute(list(collections), **kwargs)
-        return results[0] if len(collections) == 1 else results
+        batched, self.small_tasks = batch_small_tasks(self, list(collections))
+        return running_of(self).compute(batched, **kwargs)[0 if len(collections) == 1 else slice(None)]
 
     def persist(self, collection: Any) -> Any:
         """Compute ``collection`` into worker memory (into the graph on a local scheduler) and return it."""

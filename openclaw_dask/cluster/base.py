@@ -52,6 +52,10 @@ class Engine:
         How fast one task slot streams memory, and the largest auto chunk; None: a CPU
         thread's (:mod:`openclaw_dask.chunking`). A GPU streams hundreds of times faster, so
         its chunks must be that much bigger for the same per-task overhead to stay small.
+    tasks_run_here
+        A task gives the same result run in this process (same machine and environment, CPU
+        data): a few tiny tasks may be timed here before the rest are batched
+        (:mod:`openclaw_dask.dataflow.small_tasks`).
     """
 
     kind: str
@@ -59,6 +63,7 @@ class Engine:
     task_overhead_s: float
     stream_bytes_per_s: float | None = None
     max_chunk_bytes: int | None = None
+    tasks_run_here: bool = False
 
     @property
     def distributed(self) -> bool:
@@ -154,6 +159,7 @@ class Backend:
     requires: ClassVar[tuple[str, ...]] = ("distributed",)
     extra: ClassVar[str | None] = None
     default_protocol: ClassVar[str] = "tcp"
+    tasks_run_here: ClassVar[bool] = False  # Engine.tasks_run_here of its engines
     task_overhead_s: ClassVar[float] = 0.002  # a distributed cluster's (measured in-process: 1.96 ms)
     array_backend: ClassVar[str | None] = None
 
@@ -194,7 +200,8 @@ class Backend:
 
     def engine(self, config: Config) -> Engine:
         """What will run the graphs of a session of ``config``, and why (pure)."""
-        return Engine("distributed", f"backend {self.name} runs a distributed cluster", self.task_overhead_s)
+        return Engine("distributed", f"backend {self.name} runs a distributed cluster", self.task_overhead_s,
+                      tasks_run_here=self.tasks_run_here)
 
     def start(self, config: Config) -> RunningCluster:
         """Start (or reach) what runs the graphs: a :class:`~openclaw_dask.cluster.running.RunningCluster`.
@@ -211,9 +218,10 @@ class Backend:
 
     def worker_plugins(self, config: Config) -> list[Any]:
         """The :class:`~distributed.diagnostics.plugin.WorkerPlugin` s every worker of a session gets."""
+        from openclaw_dask.cluster.latency import PromptWorker
         from openclaw_dask.cluster.plugins import LogLevel
 
-        return [LogLevel(config.parallel.log_level)]
+        return [LogLevel(config.parallel.log_level), PromptWorker()]
 
     def dask_settings(self, config: Config) -> dict[str, Any]:
         """``dask.config`` keys this backend needs on top of :func:`~openclaw_dask.cluster.settings.dask_settings`."""

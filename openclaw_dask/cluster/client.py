@@ -52,10 +52,11 @@ class DistributedCluster(RunningCluster):
 
     def __init__(self, backend: Backend, config: Config, client: Client, cluster: Any = None, *,
                  shuts_down: bool = False, watch: Callable[[float], str | None] | None = None) -> None:
-        from openclaw_dask.cluster import code_names, quiet
+        from openclaw_dask.cluster import code_names, latency, quiet
 
         super().__init__(backend, config)
         self._client, self.cluster, self.shuts_down, self._watch = client, cluster, shuts_down, watch
+        latency.prompt(client, self.scheduler)  # a compute waits on work, not on message-batching deadlines
         quiet.install()  # a run stopped under distributed logs its teardown: not the user's news
         code_names.install()  # a failing task's traceback names the user's file, not <dynamic-code>
         self.comm = SchedulerComm(self)

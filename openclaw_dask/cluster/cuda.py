@@ -133,6 +133,7 @@ class CudaBackend(ProcessBackend):
     name = "cuda"
     # one task thread per GPU: no omp_threads, hybrid
     capabilities = Capabilities(prometheus=True, tls=True, gpu=True, local_memory=True)
+    tasks_run_here = False  # its tasks run on a GPU worker's device and memory pool
     why_not = MappingProxyType({"resize": "backend cuda runs one worker per GPU: list the GPUs in gpu.devices instead"})
     requires = ("distributed", "dask_cuda", "cupy")
     extra = "cuda"

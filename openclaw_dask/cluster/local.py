@@ -328,12 +328,13 @@ class ThreadBackend(LocalBackend):
 
     def engine(self, config: Config) -> Engine:
         if config.parallel.engine == "distributed":
-            return Engine("distributed", "parallel.engine: distributed", self.task_overhead_s)
+            return Engine("distributed", "parallel.engine: distributed", self.task_overhead_s, tasks_run_here=True)
         needs = cluster_needs(config)
         if needs:
             key, why = needs[0]
-            return Engine("distributed", f"{key} needs a cluster: {why}", self.task_overhead_s)
-        return Engine("threads", "no setting needs a cluster; parallel.engine: distributed starts one", THREADS_TASK_OVERHEAD_S)
+            return Engine("distributed", f"{key} needs a cluster: {why}", self.task_overhead_s, tasks_run_here=True)
+        return Engine("threads", "no setting needs a cluster; parallel.engine: distributed starts one", THREADS_TASK_OVERHEAD_S,
+                      tasks_run_here=True)
 
     def check(self, config: Config) -> None:
         super().check(config)
@@ -376,6 +377,7 @@ class ProcessBackend(LocalBackend):
     capabilities = Capabilities(worker_processes=True, resize=True, adapt=True, prometheus=True, tls=True, socket_buffers=True,
                                 local_memory=True)
     task_overhead_s = 0.0027  # measured with 2 workers (benchmarks/task_overhead.py)
+    tasks_run_here = True  # worker processes of this machine, in this environment
 
     def start(self, config: Config) -> RunningCluster:
         """Start the worker processes, unless each would run the main script's top level that starts them."""

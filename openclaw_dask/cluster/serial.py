@@ -32,7 +32,7 @@ class SerialBackend(Backend):
         return {"scheduler": "sync"}
 
     def engine(self, config: Config) -> Engine:
-        return Engine("sync", "parallel.enabled is false", self.task_overhead_s)
+        return Engine("sync", "parallel.enabled is false", self.task_overhead_s, tasks_run_here=True)
 
     def start(self, config: Config) -> RunningCluster:
         return SyncEngine(self, config)

@@ -1,14 +1,22 @@
 """Pipeline parallelism: micro-batches stream through dependent stages, a bounded number at a time.
 
-Each batch becomes a chain of tasks, one per stage, so stage 2 of batch ``i`` runs while
-stage 1 of batch ``i + 1`` does (on a cluster the next stage's input never visits the
-client). At most ``in_flight`` batches are alive: the source is read only as fast as
-results are taken, which bounds memory whatever its length.
+Each group of batches becomes a chain of tasks, one per stage, so stage 2 of group ``i`` runs
+while stage 1 of group ``i + 1`` does (on a cluster the next stage's input never visits the
+client). At most ``in_flight`` batches are alive: the source is read only as fast as results
+are taken, which bounds memory whatever its length.
+
+A group is one batch until the first batch has been through every stage; then, unless the
+caller fixed ``in_flight``, as many batches go into each task as keep the engine's per-task
+cost (``Engine.task_overhead_s``) under 5% of the stages' measured time, as
+:func:`~openclaw_dask.dataflow.map` does (at most :data:`MAX_GROUP`), and ``in_flight`` grows
+with it. Each stage function is still called once per batch of ``batch_size`` items.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
+import math
 import statistics
 import time
 from collections import deque
@@ -17,12 +25,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.dataflow._tasks import tasks_of, token
+from openclaw_dask.dataflow.batched import OVERHEAD_SHARE
 from openclaw_dask.errors import BatchFailed, OpenclawError
 
 if TYPE_CHECKING:
     from openclaw_dask.cluster import RunningCluster, SessionLike
 
-__all__ = ["Pipeline", "Stage", "StageTimes", "pipeline"]
+__all__ = ["MAX_GROUP", "Pipeline", "Stage", "StageTimes", "group_size", "pipeline"]
+
+logger = logging.getLogger("openclaw_dask.dataflow")
+
+MAX_GROUP = 64  # batches per task, at most
 
 
 @dataclass(frozen=True)
@@ -89,17 +102,34 @@ class _Carry:
 
 
 class _StageError(Exception):
-    """Raised in a task: the stage that failed, and its error (both pickle, as args)."""
+    """Raised in a task: the stage that failed, its error, and the batch's place in its group (they pickle, as args)."""
 
 
-def _run_stage(previous: Any, fn: Callable[[Any], Any], name: str) -> _Carry:
-    value, spans = (previous.value, previous.spans) if isinstance(previous, _Carry) else (previous, ())
-    t0 = time.perf_counter()
-    try:
-        out = fn(value)
-    except Exception as e:
-        raise _StageError(name, e) from e
-    return _Carry(out, (*spans, (name, time.perf_counter() - t0)))
+def _run_stage(previous: list[Any], fn: Callable[[Any], Any], name: str) -> list[_Carry]:
+    """``fn`` on each batch of a group (source batches, or the carries of the stage before)."""
+    out = []
+    for offset, item in enumerate(previous):
+        value, spans = (item.value, item.spans) if isinstance(item, _Carry) else (item, ())
+        t0 = time.perf_counter()
+        try:
+            result = fn(value)
+        except Exception as e:
+            raise _StageError(name, e, offset) from e
+        out.append(_Carry(result, (*spans, (name, time.perf_counter() - t0))))
+    return out
+
+
+def group_size(stage_s: list[float], task_overhead_s: float, slots: int, remaining: int | None) -> int:
+    """Batches per task so the per-task cost stays under ``OVERHEAD_SHARE`` of the stages' time (pure).
+
+    ``stage_s``: one batch's seconds in each stage. Never so many that fewer than two groups
+    per slot are left of ``remaining`` batches (None: unknown), nor more than :data:`MAX_GROUP`.
+    """
+    mean_s = max(sum(stage_s) / max(1, len(stage_s)), 1e-9)
+    size = math.ceil(task_overhead_s / (OVERHEAD_SHARE * mean_s))
+    if remaining is not None:
+        size = min(size, math.ceil(remaining / (2 * max(1, slots))))
+    return max(1, min(size, MAX_GROUP))
 
 
 class Pipeline:
@@ -113,16 +143,23 @@ class Pipeline:
         Batches finished so far.
     peak_in_flight : int
         Most batches alive at once (never above ``in_flight``).
+    group : int
+        Batches per task (see the module docstring).
+    note : str
+        How ``group`` was chosen, or that the stream is overhead-bound at a fixed ``in_flight``.
     wall_s : float
         From the first submit to the last result.
     """
 
-    def __init__(self, tasks: RunningCluster, stages: list[Stage], batches: Iterable[Any], in_flight: int, *,
+    def __init__(self, tasks: RunningCluster, stages: list[Stage], batches: Iterable[Any], in_flight: int | None, *,
                  total: int | None, progress: bool) -> None:
         self._tasks, self._stages, self._batches = tasks, stages, batches
-        self.in_flight, self.total, self.progress = in_flight, total, progress
+        self._auto = in_flight is None  # the group size, and in_flight with it, follow the first batch's timings
+        self.in_flight = 2 * tasks.slots if in_flight is None else in_flight
+        self.total, self.progress = total, progress
         self.times = [StageTimes(s.label) for s in stages]
         self.batches = self.peak_in_flight = 0
+        self.group, self.note = 1, ""
         self.wall_s = 0.0
         self._token = token()
         self._started = False
@@ -133,46 +170,70 @@ class Pipeline:
         self._started = True
         return self._stream()
 
-    def _submit(self, index: int, batch: Any) -> Any:
+    def _submit(self, index: int, group: list[Any]) -> Any:
         future = None
         for stage in self._stages:
             key = f"{stage.label}-{self._token}-{index}"
             args = (stage.fn, stage.label)
-            future = (self._tasks.submit(key, _run_stage, batch, *args, pin=stage.pin()) if future is None
+            future = (self._tasks.submit(key, _run_stage, group, *args, pin=stage.pin()) if future is None
                       else self._tasks.submit(key, _run_stage, *args, after=future, pin=stage.pin()))
         return future
 
     def _stream(self) -> Iterator[Any]:
         from openclaw_dask.progress import bar
 
-        window: deque[tuple[int, Any]] = deque()
+        window: deque[tuple[int, int, Any]] = deque()  # (first batch's index, batches, future)
+        source, index = iter(self._batches), 0
         t0 = time.perf_counter()
         try:
             with bar("pipeline batches", self.total, self.progress) as advance:
-                for index, batch in enumerate(self._batches):
-                    if len(window) >= self.in_flight:  # back-pressure: read the source no faster than results go
-                        yield self._take(window)
-                        advance()
-                    window.append((index, self._submit(index, batch)))
-                    self.peak_in_flight = max(self.peak_in_flight, len(window))
+                while group := list(itertools.islice(source, self.group if self.batches else 1)):
+                    # back-pressure: read the source no faster than results go
+                    while window and sum(n for _, n, _ in window) + len(group) > self.in_flight:
+                        for value in self._take(window):
+                            yield value
+                            advance()
+                    window.append((index, len(group), self._submit(index, group)))
+                    index += len(group)
+                    self.peak_in_flight = max(self.peak_in_flight, sum(n for _, n, _ in window))
                 while window:
-                    yield self._take(window)
-                    advance()
+                    for value in self._take(window):
+                        yield value
+                        advance()
         finally:  # an error, or a consumer that stopped early: nothing keeps running for nobody
-            self._tasks.cancel(f for _, f in window)
+            self._tasks.cancel(f for _, _, f in window)
             self.wall_s = time.perf_counter() - t0
 
-    def _take(self, window: deque[tuple[int, Any]]) -> Any:
-        index, future = window.popleft()
+    def _take(self, window: deque[tuple[int, int, Any]]) -> list[Any]:
+        index, _, future = window.popleft()
         try:
-            carry = self._tasks.gather([future])[0]
+            carries = self._tasks.gather([future])[0]
         except _StageError as e:
-            stage, cause = e.args
-            raise BatchFailed(index, stage, cause) from cause
-        for times, (_, seconds) in zip(self.times, carry.spans):
-            times.seconds.append(seconds)
-        self.batches += 1
-        return carry.value
+            stage, cause, offset = e.args
+            raise BatchFailed(index + offset, stage, cause) from cause
+        for carry in carries:
+            for times, (_, seconds) in zip(self.times, carry.spans):
+                times.seconds.append(seconds)
+        if not self.batches:
+            self._plan([seconds for _, seconds in carries[0].spans])
+        self.batches += len(carries)
+        return [carry.value for carry in carries]
+
+    def _plan(self, stage_s: list[float]) -> None:
+        """After the first batch: how many batches go into each task from now on."""
+        overhead = self._tasks.engine.task_overhead_s
+        share = overhead / max(sum(stage_s) / max(1, len(stage_s)), 1e-9)
+        if not self._auto:
+            if share > OVERHEAD_SHARE:
+                self.note = (f"overhead-bound: {overhead * 1e3:.2g} ms per task is {share:.0%} of a stage's time per batch; "
+                             "leave in_flight unset to put several batches in each task")
+                logger.warning("pipeline: %s", self.note)
+            return
+        remaining = None if self.total is None else self.total - 1
+        self.group = group_size(stage_s, overhead, self._tasks.slots, remaining)
+        self.in_flight = 2 * self._tasks.slots * self.group
+        self.note = (f"{self.group} batch(es) per task: {overhead * 1e3:.2g} ms per task against "
+                     f"{sum(stage_s) / len(stage_s) * 1e3:.3g} ms per stage and batch")
 
 
 def _micro_batches(source: Iterable[Any], batch_size: int | None) -> Iterator[Any]:
@@ -200,7 +261,8 @@ def pipeline(session: SessionLike, stages: Sequence[Stage | Callable[[Any], Any]
         Source items per micro-batch (a list); default ``parallel.batch_size``. None: each
         source item is one batch, as it is.
     in_flight
-        Most batches alive at once; default twice the session's task threads.
+        Most batches alive at once, one batch per task; default: twice the session's task
+        threads times the batches per task chosen from the first batch's timings.
     progress
         Show a bar on the terminal.
 
@@ -214,8 +276,7 @@ def pipeline(session: SessionLike, stages: Sequence[Stage | Callable[[Any], Any]
     if not pinned:
         raise OpenclawError("pipeline() needs at least one stage")
     batch_size = session.config.parallel.batch_size if batch_size is None else batch_size
-    in_flight = 2 * session.slots if in_flight is None else in_flight
-    if in_flight < 1 or (batch_size is not None and batch_size < 1):
+    if (in_flight is not None and in_flight < 1) or (batch_size is not None and batch_size < 1):
         raise OpenclawError(f"pipeline(): in_flight={in_flight} and batch_size={batch_size} must be at least 1")
     total = None
     if isinstance(source, Sized):

@@ -107,7 +107,8 @@ def pipeline(s: SessionLike, size: int) -> Prepared:
         mib = batch * SAMPLE_BYTES / 2**20
         rows = [("stream", f"{n} samples in {flow.batches} batches of {batch} ({mib:.3g} MiB), {flow.wall_s:.2f} s"),
                 ("in flight", (f"at most {flow.peak_in_flight} of {flow.in_flight} batches alive "
-                              f"(<= {flow.in_flight * mib:.3g} MiB of samples)"))]
+                              f"(<= {flow.in_flight * mib:.3g} MiB of samples)")),
+                ("tasks", flow.note or f"{flow.group} batch(es) per task")]
         rows += [(f"stage {t.stage}", (f"median {t.median_s * 1e3:.2f} ms, max {t.max_s * 1e3:.2f} ms, "
                                       f"total {t.total_s:.2f} s over {len(t.seconds)} batches")) for t in flow.times]
         return rows

@@ -1,0 +1,132 @@
+"""Fewer, bigger tasks chosen by measurement: the small-task pass, pipeline groups, prompt message streams."""
+
+from __future__ import annotations
+
+import dask
+import numpy as np
+import pytest
+
+from openclaw_dask import Session, load_config
+from openclaw_dask.cluster import running_of
+from openclaw_dask.dataflow import pipeline
+from openclaw_dask.dataflow.pipeline import MAX_GROUP, group_size
+from openclaw_dask.dataflow.small_tasks import MIN_GROUP, batch_small_tasks
+from openclaw_dask.diagnostics.collect import collect
+from openclaw_dask.workloads import streams
+from openclaw_dask.workloads.suite import KERNELS
+
+ENGINES = {
+    "thread": {},
+    "process": {"parallel.backend": "process", "parallel.workers": 2},
+    "serial": {"parallel.enabled": False},
+}
+
+
+def start(overrides):
+    return Session(load_config(None, overrides)).start()
+
+
+@pytest.fixture(params=list(ENGINES), scope="module")
+def s(request):
+    with start(ENGINES[request.param]) as session:
+        yield session
+
+
+def inc(i):
+    return i + 1
+
+
+def loop(n=200):
+    return dask.delayed(sum)([dask.delayed(inc)(i) for i in range(n)])
+
+
+def _same(a, b):
+    return np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+def test_every_suite_kernel_gives_the_same_result_batched_and_unbatched(s, kernel):
+    prepared = KERNELS[kernel](s, 2**20)
+    try:
+        batched = prepared.execute(s)
+        if prepared.run is None:  # a graph: the engine's own compute, without the pass
+            plain = running_of(s).compute([prepared.build(*prepared.inputs)])[0]
+        else:  # pipeline: its stream with one batch per task (a fixed in_flight keeps groups of one)
+            plain = None
+            if kernel == "pipeline":
+                n = max(2, 2**20 // streams.SAMPLE_BYTES)
+                flow = pipeline(s, streams.STAGES, range(n), batch_size=16, in_flight=2 * s.slots)
+                plain = sum(flow, np.zeros(streams.SIDE))
+                assert flow.group == 1
+        if plain is not None:
+            assert _same(batched, plain)
+    finally:
+        if prepared.close is not None:
+            prepared.close()
+
+
+def test_a_delayed_loop_runs_in_few_tasks_named_as_the_users(s):
+    with collect(s) as record:
+        assert s.compute(loop(400)) == sum(range(1, 401))
+    names = [t.group for t in record.tasks]
+    assert s.small_tasks is not None and "'inc' tasks" in str(s.small_tasks)
+    n, batches = s.small_tasks.groups["inc"]
+    assert n == 400 and names.count("inc") == batches < 400  # the batches count under the user's name
+    assert "_pack" not in names and "pack" not in names
+
+
+def test_what_is_not_a_tiny_loop_is_left_alone():
+    with start({}) as s:
+        few = dask.delayed(sum)([dask.delayed(inc)(i) for i in range(MIN_GROUP - 1)])
+        assert batch_small_tasks(s, [few]) == ([few], None)
+        x = dask.array.ones(10, chunks=1).sum()
+        assert batch_small_tasks(s, [x]) == ([x], None)  # arrays size their tasks by their chunks
+        assert s.compute(few) == sum(range(1, MIN_GROUP))
+
+
+def boom(i):
+    if i == 77:
+        raise ValueError("item 77")
+    return i
+
+
+def test_a_raising_task_fails_on_the_engine_as_without_the_pass(s):
+    with pytest.raises(Exception, match="item 77"):
+        s.compute(dask.delayed(sum)([dask.delayed(boom)(i) for i in range(100)]))
+
+
+def test_results_asked_for_are_never_batched_away():
+    with start({}) as s:
+        parts = [dask.delayed(inc)(i) for i in range(100)]
+        assert s.compute(*parts[:3], loop(100)) == (1, 2, 3, sum(range(1, 101)))
+
+
+def test_group_size_keeps_the_task_cost_under_five_percent_and_work_for_every_slot():
+    assert group_size([0.001] * 4, 0.0027, 2, None) == 54  # 2.7 ms against 1 ms stages
+    assert group_size([0.001] * 4, 0.0027, 2, 40) == 10  # two groups per slot of what is left
+    assert group_size([1.0], 0.0027, 2, None) == 1  # long stages: one batch per task
+    assert group_size([1e-6], 0.0027, 2, None) == MAX_GROUP
+
+
+def test_a_fixed_in_flight_keeps_one_batch_per_task_and_says_it_is_overhead_bound():
+    with start({"parallel.engine": "distributed", "parallel.workers": 1}) as s:
+        flow = pipeline(s, [list], range(20), batch_size=2, in_flight=2)
+        assert [len(b) for b in flow] == [2] * 10
+        assert flow.group == 1 and flow.note.startswith("overhead-bound")
+
+
+def interval(dask_worker):
+    return dask_worker.batched_stream.interval
+
+
+def test_message_streams_wait_at_most_a_millisecond_to_batch():
+    from openclaw_dask.cluster.latency import INTERVAL_S
+
+    with start(ENGINES["process"]) as s:
+        client, scheduler = s.client, running_of(s).scheduler
+        assert client.scheduler_comm.interval == INTERVAL_S
+        assert set(client.run(interval).values()) == {INTERVAL_S}
+        assert {c.interval for c in scheduler.stream_comms.values()} == {INTERVAL_S}
+        s.resize_workers(3)  # a worker that joins later gets prompt streams too
+        assert set(client.run(interval).values()) == {INTERVAL_S}
+        assert {c.interval for c in scheduler.stream_comms.values()} == {INTERVAL_S}
