@@ -69,7 +69,7 @@ def test_a_step_is_found_from_sruns_variables_and_checked(monkeypatch):
 
 
 WALLTIME = r'''
-import json, subprocess, time
+import json, subprocess, sys, time
 import dask.array as da
 import openclaw_dask
 
@@ -79,7 +79,7 @@ def running():
     return sorted(int(i) for i in out.stdout.split())
 
 with openclaw_dask.session(backend="slurm", workers=1, memory_limit="512MiB", walltime="1m", timeout="60s",
-                           job_extra_directives=["-J openclaw-walltime"]) as s:  # named apart from the other tests' jobs
+                           job_extra_directives=["-J openclaw-walltime"], log_directory=sys.argv[1]) as s:  # named apart
     x = s.persist(da.arange(4_000_000, chunks=250_000, dtype="float64"))
     first, t0 = running(), time.monotonic()
     deadline = t0 + 150
@@ -105,8 +105,9 @@ def walltime_run(slurm, tmp_path_factory) -> Iterator[tuple[subprocess.Popen, Pa
     session waits that out while the tests before :func:`test_a_job_past_its_walltime_is_replaced_and_the_result_stays_exact`
     run; its jobs are named :data:`WALLTIME_JOB`, which those tests leave out of what they count.
     """
-    log = tmp_path_factory.mktemp("walltime") / "run.log"
-    proc = slurm.popen(str(BIN / "python"), "-c", WALLTIME, log=log)
+    folder = tmp_path_factory.mktemp("walltime")
+    log = folder / "run.log"
+    proc = slurm.popen(str(BIN / "python"), "-c", WALLTIME, str(folder), log=log)
     try:
         yield proc, log
     finally:
@@ -125,7 +126,7 @@ def _ours(slurm: Slurm) -> list[tuple[str, str, str]]:
 
 
 ADAPTIVE = r'''
-import json, logging, subprocess, threading, time
+import json, logging, subprocess, sys, threading, time
 import openclaw_dask
 
 logging.basicConfig()  # openclaw's INFO lines (parallel.log_level) on stderr
@@ -144,7 +145,7 @@ def slow(i):
 
 conf = {"backend": "slurm", "workers": 2, "processes_per_job": 2, "memory_limit": "384MiB", "walltime": "5m",
         "timeout": "60s", "adaptive": True, "min_workers": 0, "max_workers": 4, "interval": "0.5s", "cooldown": "10s",
-        "log_level": "INFO"}
+        "log_level": "INFO", "log_directory": sys.argv[1]}
 watcher = threading.Thread(target=watch, daemon=True)
 watcher.start()
 with openclaw_dask.session(**conf) as s:
@@ -164,8 +165,8 @@ print(json.dumps({"seen": seen, "t1": t1, "t2": t2, "idle": idle, "first": sum(f
 '''
 
 
-def test_adaptive_submits_keeps_between_computes_and_cancels_whole_jobs(slurm, walltime_run):  # starts its minute now
-    r = slurm.run(str(BIN / "python"), "-c", ADAPTIVE, timeout=150)
+def test_adaptive_submits_keeps_between_computes_and_cancels_whole_jobs(slurm, walltime_run, tmp_path):  # starts its minute
+    r = slurm.run(str(BIN / "python"), "-c", ADAPTIVE, str(tmp_path), timeout=150)
     assert r.returncode == 0, r.stderr[-3000:] + slurm.logs()
     out = _json_result(r.stdout)
     assert (out["first"], out["second"]) == (sum(range(32)), sum(range(100, 116))), out

@@ -68,16 +68,21 @@ class JobAdaptive(LoggedAdaptive):
         return job_of(name) if self.per_job > 1 else str(name)
 
     @property
-    def plan(self) -> set[str]:
-        return {str(name) for name in self.cluster.worker_spec}
+    def _jobs(self) -> Any:
+        """The dask-jobqueue cluster: a SpecCluster, whose ``worker_spec`` has one entry per job."""
+        return self.cluster
 
     @property
-    def requested(self) -> set[str]:
-        return {str(name) for name in self.cluster.workers if name in self.cluster.worker_spec}
+    def plan(self) -> set[Any]:
+        return {str(name) for name in self._jobs.worker_spec}
 
     @property
-    def observed(self) -> set[str]:
-        return {self._job(name) for name in self.cluster.observed}
+    def requested(self) -> set[Any]:
+        return {str(name) for name in self._jobs.workers if name in self._jobs.worker_spec}
+
+    @property
+    def observed(self) -> set[Any]:
+        return {self._job(name) for name in self._jobs.observed}
 
     async def safe_target(self) -> int:
         """Jobs: the scheduler's worker target within minimum..maximum workers, rounded up to whole jobs."""
@@ -89,16 +94,17 @@ class JobAdaptive(LoggedAdaptive):
     async def scale_down(self, workers: Any) -> None:
         """Out of the plan first (a job whose worker retires is not lost), retire their workers (data moves), then cancel."""
         jobs = {str(job) for job in workers}
-        leaving = [name for name in self.cluster.worker_spec if str(name) in jobs]
+        leaving = [name for name in self._jobs.worker_spec if str(name) in jobs]
         for name in leaving:
-            del self.cluster.worker_spec[name]
-        names = [w["name"] for w in self.cluster.scheduler_info["workers"].values() if self._job(w["name"]) in jobs]
+            del self._jobs.worker_spec[name]
+        names = [w["name"] for w in self._jobs.scheduler_info["workers"].values() if self._job(w["name"]) in jobs]
         if names:
             await self.scheduler.retire_workers(names=names, remove=True, close_workers=True)
-        await self.cluster.scale_down(leaving)  # no longer planned: the cluster closes their jobs (scancel)
+        await self._jobs.scale_down(leaving)  # no longer planned: the cluster closes their jobs (scancel)
 
-    async def scale_up(self, n: int) -> None:
-        self.cluster.scale(n * self.per_job)
+    async def scale_up(self, n: Any) -> None:
+        """Bring the plan up to ``n`` jobs (dask-jobqueue's ``scale`` takes workers)."""
+        self._jobs.scale(n * self.per_job)
 
 
 def adapt(cluster: Any, config: Config, per_job: int | None = None) -> Any:

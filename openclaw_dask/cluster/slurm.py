@@ -37,18 +37,18 @@ from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.base import Backend, Capabilities
 from openclaw_dask.cluster.client import DistributedCluster
-from openclaw_dask.cluster.network import bind_host, dashboard_address, http_host, protocol
+from openclaw_dask.cluster.network import protocol
 from openclaw_dask.cluster.plugins import blas_env, task_threads
 from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.cluster.security import security_for, tls_plan
-from openclaw_dask.cluster.slurm_tasks import allocation_step, check_in_allocation, join
+from openclaw_dask.cluster.slurm_tasks import allocation_step, check_in_allocation, join, scheduler_options
 from openclaw_dask.config import changed_from_defaults
 from openclaw_dask.errors import ClusterStartError, ConfigError, ResizeError, first_line
 
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
 
-__all__ = ["AUTO_MEMORY_PER_CORE", "SlurmBackend", "SlurmCluster", "job_script", "scheduler_options"]
+__all__ = ["AUTO_MEMORY_PER_CORE", "SlurmBackend", "SlurmCluster", "job_script"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -117,15 +117,6 @@ def _directives(config: Config) -> list[str]:
         folder = config.resolve_path("slurm.log_directory")
         lines += [f"-o {folder}/{JOB_NAME}-%j.out", f"-e {folder}/{JOB_NAME}-%j.err"]
     return lines + list(s.job_extra_directives)
-
-
-def scheduler_options(config: Config) -> dict[str, Any]:
-    """Where the scheduler binds (``network_interface``, else ``cluster.host``) and its HTTP server's address."""
-    p, host = config.parallel, bind_host(config)
-    web = http_host(config, host)
-    where: dict[str, Any] = {"interface": p.network_interface} if p.network_interface else {"host": host}
-    dashboard = dashboard_address(config, web)
-    return {**where, "dashboard_address": dashboard or f"{web}:{config.monitoring.port}", "dashboard": dashboard is not None}
 
 
 def _memory(config: Config) -> int:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.client import DistributedCluster
-from openclaw_dask.cluster.network import bind_host, protocol
+from openclaw_dask.cluster.network import bind_host, dashboard_address, http_host, protocol
 from openclaw_dask.cluster.plugins import blas_env, task_threads
 from openclaw_dask.errors import ClusterStartError, ConfigError, ResizeError, first_line
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from openclaw_dask.cluster.base import Backend
     from openclaw_dask.config import Config
 
-__all__ = ["Step", "allocation_step", "check_in_allocation", "join"]
+__all__ = ["Step", "allocation_step", "check_in_allocation", "join", "scheduler_options"]
 
 GRACE = 3.0  # seconds a scheduler whose last client left waits for that client's shutdown to arrive
 
@@ -88,6 +88,15 @@ def check_in_allocation(config: Config, step: Step) -> None:
                              hint="remove it, or run openclaw outside srun to submit worker jobs")
 
 
+def scheduler_options(config: Config) -> dict[str, Any]:
+    """Where the scheduler binds (``network_interface``, else ``cluster.host``) and its HTTP server's address."""
+    p, host = config.parallel, bind_host(config)
+    web = http_host(config, host)
+    where: dict[str, Any] = {"interface": p.network_interface} if p.network_interface else {"host": host}
+    dashboard = dashboard_address(config, web)
+    return {**where, "dashboard_address": dashboard or f"{web}:{config.monitoring.port}", "dashboard": dashboard is not None}
+
+
 def join(backend: Backend, config: Config, step: Step) -> DistributedCluster:
     """Be this task's part of the cluster; only the client's task (1) returns, with the session's cluster."""
     if step.task == 0:
@@ -115,8 +124,6 @@ def _security(config: Config) -> Any:
 
 async def _scheduler(config: Config, backend: Backend, step: Step) -> None:
     from distributed import Scheduler
-
-    from openclaw_dask.cluster.slurm import scheduler_options
 
     step.scheduler_file.unlink(missing_ok=True)
     try:
