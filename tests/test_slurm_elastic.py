@@ -225,6 +225,19 @@ def test_a_failed_task_ends_the_step_with_one_line(slurm, tmp_path):
     _wait(lambda: _ours(slurm) == [], 15, "jobs left after the step", slurm)
 
 
+def test_a_client_that_dies_ends_the_step_with_the_schedulers_one_line(slurm, tmp_path):
+    script = tmp_path / "crash.py"
+    script.write_text("import os\nos._exit(3)  # no session close, no shutdown\n")
+    command = f"cd {tmp_path} && exec srun -n 3 --mem=1G {BIN / 'openclaw'} run {script} --set parallel.backend=slurm"
+    t0 = time.monotonic()
+    r = slurm.run("sh", "-c", command, timeout=90)
+    assert r.returncode != 0 and time.monotonic() - t0 < 60, r.stdout + r.stderr
+    said = [line for line in r.stderr.splitlines() if line.startswith("openclaw: error:")]
+    assert said == ["openclaw: error: srun task 1 (the client) left without shutting the cluster down; its output says why"], r.stderr
+    assert "Traceback" not in r.stderr
+    _wait(lambda: _ours(slurm) == [], 15, "jobs left after the step", slurm)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_job_past_its_walltime_is_replaced_and_the_result_stays_exact(slurm, walltime_run):

@@ -19,6 +19,9 @@ script from it, with no Slurm needed):
 
 Closing the session (normal exit, an error, Ctrl-C, SIGTERM: the session unwinds) cancels every job
 it submitted; :class:`SlurmCluster` runs ``scancel`` on any the cluster's own close left behind.
+``elastic.adaptive`` submits and cancels whole jobs (:class:`~openclaw_dask.cluster.adaptive.JobAdaptive`).
+Inside a step of ``srun -n N`` nothing is submitted: the step's tasks are the cluster
+(:mod:`openclaw_dask.cluster.slurm_tasks`).
 """
 
 from __future__ import annotations
