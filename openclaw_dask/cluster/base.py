@@ -218,10 +218,11 @@ class Backend:
 
     def worker_plugins(self, config: Config) -> list[Any]:
         """The :class:`~distributed.diagnostics.plugin.WorkerPlugin` s every worker of a session gets."""
+        from openclaw_dask.cluster.heap import WorkerHeap
         from openclaw_dask.cluster.latency import PromptWorker
         from openclaw_dask.cluster.plugins import LogLevel
 
-        return [LogLevel(config.parallel.log_level), PromptWorker()]
+        return [LogLevel(config.parallel.log_level), PromptWorker(), WorkerHeap()]
 
     def dask_settings(self, config: Config) -> dict[str, Any]:
         """``dask.config`` keys this backend needs on top of :func:`~openclaw_dask.cluster.settings.dask_settings`."""

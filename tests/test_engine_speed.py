@@ -1,4 +1,4 @@
-"""Fewer, bigger tasks chosen by measurement: the small-task pass, pipeline groups, prompt message streams."""
+"""The distributed engine, fast: fewer, bigger tasks by measurement (small-task pass, pipeline groups), prompt message streams, worker heaps."""
 
 from __future__ import annotations
 
@@ -130,3 +130,20 @@ def test_message_streams_wait_at_most_a_millisecond_to_batch():
         s.resize_workers(3)  # a worker that joins later gets prompt streams too
         assert set(client.run(interval).values()) == {INTERVAL_S}
         assert {c.interval for c in scheduler.stream_comms.values()} == {INTERVAL_S}
+
+
+def page_faults_of_2mib_temporaries(n=50):
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(n):
+        np.ones(2**18).sum()  # 2 MiB, freed at once: what a stage's temporaries do
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+@pytest.mark.parametrize(("limit", "reused"), [("auto", True), ("256MiB", False)])
+def test_worker_processes_reuse_freed_blocks_unless_their_limit_is_small(limit, reused):
+    # 50 fresh 2 MiB blocks fault in 50 x 512 pages; blocks reused from the heap fault in none
+    with start({**ENGINES["process"], "parallel.workers": 1, "cluster.memory_limit": limit}) as s:
+        faults = s.client.submit(page_faults_of_2mib_temporaries, pure=False).result()
+    assert (faults < 5 * 512) if reused else (faults > 40 * 512)
