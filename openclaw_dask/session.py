@@ -63,8 +63,7 @@ class Session:
     """
 
     def __init__(self, config: Config) -> None:
-        self.config = config
-        self.backend = backend_for(config)
+        self.config, self.backend = config, backend_for(config)
         self.engine = self.backend.engine(config)
         self.running: RunningCluster | None = None
         self.metrics = RunMetrics()
@@ -147,8 +146,9 @@ class Session:
         Failed tasks are retried (``fault_tolerance.retries``); tiny delayed tasks run batched (:mod:`.dataflow.small_tasks`).
         """
         memory_model.require_fit(self, list(collections))  # refused before any task runs
-        batched, self.small_tasks = batch_small_tasks(self, list(collections))
-        return running_of(self).compute(batched, **kwargs)[0 if len(collections) == 1 else slice(None)]
+        run, unpack, self.small_tasks = batch_small_tasks(self, list(collections))
+        results = unpack(running_of(self).compute(run, **kwargs))
+        return results[0] if len(collections) == 1 else results
 
     def persist(self, collection: Any) -> Any:
         """Compute ``collection`` into worker memory (into the graph on a local scheduler) and return it."""

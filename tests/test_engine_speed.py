@@ -78,10 +78,19 @@ def test_a_delayed_loop_runs_in_few_tasks_named_as_the_users(s):
 def test_what_is_not_a_tiny_loop_is_left_alone():
     with start({}) as s:
         few = dask.delayed(sum)([dask.delayed(inc)(i) for i in range(MIN_GROUP - 1)])
-        assert batch_small_tasks(s, [few]) == ([few], None)
+        run, _, small = batch_small_tasks(s, [few])
+        assert small is None and len(run[0].__dask_graph__()) == MIN_GROUP  # one flat graph, every task kept
         x = dask.array.ones(10, chunks=1).sum()
-        assert batch_small_tasks(s, [x]) == ([x], None)  # arrays size their tasks by their chunks
+        run, unpack, small = batch_small_tasks(s, [x])
+        assert run == [x] and unpack((1,)) == (1,) and small is None  # arrays size their tasks by their chunks
         assert s.compute(few) == sum(range(1, MIN_GROUP))
+
+
+def test_many_delayed_results_come_back_in_order_from_one_flat_graph(s):
+    parts = [dask.delayed(inc)(i) for i in range(300)]
+    run, _, _ = batch_small_tasks(s, parts)
+    assert len(run) == 1 and isinstance(run[0].dask, dict)  # one flat layer for dask to cull, not 300
+    assert s.compute(*parts) == tuple(range(1, 301))
 
 
 def boom(i):

@@ -25,6 +25,7 @@ import logging
 import operator
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,12 +35,15 @@ from openclaw_dask.dataflow.batched import PROBE_S, plan_batches
 if TYPE_CHECKING:
     from openclaw_dask.cluster import SessionLike
 
-__all__ = ["MIN_GROUP", "SmallTasks", "batch_small_tasks"]
+__all__ = ["MIN_GROUP", "SmallTasks", "Unpack", "batch_small_tasks"]
 
 logger = logging.getLogger("openclaw_dask.dataflow")
 
 MIN_GROUP = 32  # fewer same-named tasks than this are never worth a pass
 KEEP_BYTES = 64 * 2**10  # a timed task's result at most this big goes into the graph as data
+
+
+Unpack = Callable[[tuple[Any, ...]], tuple[Any, ...]]  # what was computed -> the results of the collections asked for
 
 
 @dataclass(frozen=True)
@@ -107,23 +111,8 @@ def _batch(graph: dict[Any, Any], name: str, keys: list[Any], size: int) -> dict
     return subs
 
 
-def batch_small_tasks(session: SessionLike, collections: list[Any]) -> tuple[list[Any], SmallTasks | None]:
-    """``collections`` with their tiny same-named tasks batched, and what was done (None: left as they were).
-
-    Only graphs of :class:`dask.delayed.Delayed` objects are touched: arrays and dataframes size
-    their tasks by their chunks.
-    """
-    from dask.delayed import Delayed
-
-    engine = session.engine
-    if not collections or not engine.tasks_run_here or not all(type(c) is Delayed for c in collections):
-        return collections, None
-    from dask._task_spec import convert_legacy_graph
-
-    graph = convert_legacy_graph(dict(collections[0].__dask_graph__().items()))
-    for c in collections[1:]:
-        graph.update(convert_legacy_graph(dict(c.__dask_graph__().items())))
-    outputs = {c.key for c in collections}
+def _batched(session: SessionLike, graph: dict[Any, Any], outputs: set[Any]) -> SmallTasks | None:
+    """Batch ``graph``'s groups of tiny tasks in place; what was done, or None."""
     subs: dict[Any, Any] = {}
     done: dict[str, tuple[int, int]] = {}
     reasons: set[str] = set()
@@ -133,16 +122,43 @@ def batch_small_tasks(session: SessionLike, collections: list[Any]) -> tuple[lis
             continue
         ran, item_s = probed
         rest = keys[ran:]
-        plan = plan_batches(len(rest), item_s, engine.task_overhead_s, session.slots)
+        plan = plan_batches(len(rest), item_s, session.engine.task_overhead_s, session.slots)
         if plan.batch_size > 1:
             subs.update(_batch(graph, name, rest, plan.batch_size))
         done[name] = (len(keys), plan.n_tasks if plan.batch_size > 1 else len(rest))
         reasons.add(plan.reason if rest else f"all ran while timed here, under {PROBE_S * 1e3:g} ms")
-    if not done:
-        return collections, None
     for key, node in graph.items():
         if node.dependencies & subs.keys():
             graph[key] = node.substitute(subs)
-    small = SmallTasks(done, "; ".join(sorted(reasons)))
-    logger.info("small tasks: %s", small)
-    return [Delayed(c.key, graph) for c in collections], small
+    return SmallTasks(done, "; ".join(sorted(reasons))) if done else None
+
+
+def _same(results: tuple[Any, ...]) -> tuple[Any, ...]:
+    return results
+
+
+def batch_small_tasks(session: SessionLike, collections: list[Any]) -> tuple[list[Any], Unpack, SmallTasks | None]:
+    """What to compute for ``collections``, how its results become theirs, and what was batched (or None).
+
+    Only graphs of :class:`dask.delayed.Delayed` objects are touched (arrays and dataframes size
+    their tasks by their chunks). Those become one flat graph, and several of them one task that
+    packs their results: dask culls a graph of one layer per delayed call in quadratic time
+    (2,000 calls: ~0.4 s), one flat layer in linear time.
+    """
+    from dask.delayed import Delayed
+
+    if not collections or not all(type(c) is Delayed for c in collections):
+        return collections, _same, None
+    from dask._task_spec import Task, TaskRef, convert_legacy_graph
+
+    graph: dict[Any, Any] = {}
+    for c in collections:
+        graph.update(convert_legacy_graph(dict(c.__dask_graph__().items())))
+    small = _batched(session, graph, {c.key for c in collections}) if session.engine.tasks_run_here else None
+    if small is not None:
+        logger.info("small tasks: %s", small)
+    if len(collections) == 1:
+        return [Delayed(collections[0].key, graph)], _same, small
+    packed = Task(f"openclaw-results-{token()}", _pack, *(TaskRef(c.key) for c in collections))
+    graph[packed.key] = packed
+    return [Delayed(packed.key, graph)], operator.itemgetter(0), small
