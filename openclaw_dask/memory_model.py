@@ -517,6 +517,8 @@ def _checked(session: SessionLike, collections: list[Any], *, spill: bool = True
     """The projection of ``collections`` on ``session``'s workers, the workers, and the worst misfit (if any)."""
     import dask
 
+    if not _arrays(collections):
+        return None  # nothing the model projects: and no need to ask the workers (a round trip on a cluster)
     workers, local = _workers(session)
     if not workers or not all(w.get("memory_limit") for w in workers.values()):
         return None

@@ -58,8 +58,10 @@ def test_every_suite_kernel_gives_the_same_result_batched_and_unbatched(s, kerne
                 flow = pipeline(s, streams.STAGES, range(n), batch_size=16, in_flight=2 * s.slots)
                 plain = sum(flow, np.zeros(streams.SIDE))
                 assert flow.group == 1
-        if plain is not None:
+        if kernel in ("tiny-tasks", "pipeline"):  # what the pass and the groups change: bit for bit the same
             assert _same(batched, plain)
+        elif plain is not None:  # graphs it leaves alone; a cluster may sum partials in another order run to run
+            assert prepared.matches(s, batched, plain)
     finally:
         if prepared.close is not None:
             prepared.close()

@@ -137,6 +137,10 @@ def _same(results: tuple[Any, ...]) -> tuple[Any, ...]:
     return results
 
 
+def _layers(collections: list[Any]) -> int:
+    return sum(len(getattr(c.dask, "layers", (c,))) for c in collections)  # a Delayed's graph: one layer per call
+
+
 def batch_small_tasks(session: SessionLike, collections: list[Any]) -> tuple[list[Any], Unpack, SmallTasks | None]:
     """What to compute for ``collections``, how its results become theirs, and what was batched (or None).
 
@@ -147,8 +151,8 @@ def batch_small_tasks(session: SessionLike, collections: list[Any]) -> tuple[lis
     """
     from dask.delayed import Delayed
 
-    if not collections or not all(type(c) is Delayed for c in collections):
-        return collections, _same, None
+    if not all(type(c) is Delayed for c in collections) or _layers(collections) < MIN_GROUP:
+        return collections, _same, None  # nothing to batch, and a few layers cull fast: a small compute pays nothing
     from dask._task_spec import Task, TaskRef, convert_legacy_graph
 
     graph: dict[Any, Any] = {}
