@@ -62,11 +62,13 @@ def _planned(session: SessionLike, shape: tuple[int, ...], dtype: Any, size: Chu
 
 def _fitting_chunk(session: SessionLike, plan: ChunkPlan) -> int | None:
     """The chunk (bytes) the memory model names for a map-reduce over ``plan``'s array, ``None`` when it fits."""
+    import dask
     import dask.array as da
 
     if plan.chunk_bytes <= 0 or session.config.cluster.memory_check == "off":
         return None
-    x = da.ones(plan.shape, dtype=plan.dtype, chunks=plan.chunks)
+    with dask.config.set({"array.backend": "numpy"}):  # a layout to project, never computed: any array backend's chunks
+        x = da.ones(plan.shape, dtype=plan.dtype, chunks=plan.chunks)
     # in 80% of what a worker may use: its process memory grows between planning and running (an in-process
     # worker's is the client's too)
     return memory_model.fitting_chunk(session, [(x + 1).sum()], share=0.8)
