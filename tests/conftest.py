@@ -86,6 +86,10 @@ def _clean_process():
         changed[changed.index("dask.config")] = "dask.config: " + ", ".join(
             f"{k}: {flat[0].get(k, '<absent>')!r} -> {flat[1].get(k, '<absent>')!r}"
             for k in sorted(set(flat[0]) | set(flat[1])) if flat[0].get(k, _GONE) != flat[1].get(k, _GONE))[:500]
+    if "signal handlers" in changed:
+        sig = before["signal handlers"], after["signal handlers"]
+        changed[changed.index("signal handlers")] = "signal handlers: " + ", ".join(
+            f"{k!r}: {sig[0].get(k)!r} -> {sig[1].get(k)!r}" for k in sig[0] if sig[0].get(k) != sig[1].get(k))
     if "environment" in changed:
         env = before["environment"], after["environment"]
         changed[changed.index("environment")] = "environment: " + ", ".join(

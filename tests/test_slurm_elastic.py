@@ -233,7 +233,8 @@ def test_a_client_that_dies_ends_the_step_with_the_schedulers_one_line(slurm, tm
     r = slurm.run("sh", "-c", command, timeout=90)
     assert r.returncode != 0 and time.monotonic() - t0 < 60, r.stdout + r.stderr
     said = [line for line in r.stderr.splitlines() if line.startswith("openclaw: error:")]
-    assert said == ["openclaw: error: srun task 1 (the client) left without shutting the cluster down; its output says why"], r.stderr
+    # the script may die before or after its task has joined the scheduler: either way the scheduler's one line names it
+    assert len(said) == 1 and "srun task 1" in said[0] and "its output says why" in said[0], r.stderr
     assert "Traceback" not in r.stderr
     _wait(lambda: _ours(slurm) == [], 15, "jobs left after the step", slurm)
 
