@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import signal
 import re
 import runpy
 import urllib.error
@@ -38,7 +39,13 @@ def _run_cells(tmp_path: Path, *sources: str) -> dict:
 
     book = nbformat.v4.new_notebook()
     book.cells = [nbformat.v4.new_code_cell(s) for s in sources]
-    NotebookClient(book, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    # Run as a background job, pytest starts with SIGINT ignored, and starting or stopping a kernel here
+    # has put Python's default handler back (seen in the full suite, not alone): leave it as it was.
+    sigint = signal.getsignal(signal.SIGINT)
+    try:
+        NotebookClient(book, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    finally:
+        signal.signal(signal.SIGINT, sigint)
     path = tmp_path / "executed.ipynb"
     nbformat.write(book, path)
     return json.loads(path.read_text())
