@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import ast
 import json
-import signal
 import re
 import runpy
+import signal
 import urllib.error
 import urllib.request
 from pathlib import Path
