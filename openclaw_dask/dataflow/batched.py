@@ -21,7 +21,7 @@ from openclaw_dask.errors import ItemFailed, OpenclawError
 if TYPE_CHECKING:
     from openclaw_dask.cluster import SessionLike
 
-__all__ = ["BatchPlan", "map", "plan_batches"]
+__all__ = ["BatchPlan", "items_per_task", "map", "plan_batches"]
 
 OVERHEAD_SHARE = 0.05  # scheduling's share of a task's time that auto aims under
 PROBE_S = 0.002  # time the first items for at least this long (or all of them)
@@ -37,6 +37,11 @@ class BatchPlan:
     reason: str
 
 
+def items_per_task(task_overhead_s: float, item_s: float) -> int:
+    """The fewest items (each ``item_s``) that keep ``task_overhead_s`` under :data:`OVERHEAD_SHARE` of a task (pure)."""
+    return math.ceil(task_overhead_s / (OVERHEAD_SHARE * max(item_s, 1e-9)))
+
+
 def plan_batches(n_items: int, item_s: float, task_overhead_s: float, slots: int) -> BatchPlan:
     """Items per task so overhead stays under :data:`OVERHEAD_SHARE`, with ``TASKS_PER_SLOT`` tasks per slot if that allows.
 
@@ -44,7 +49,7 @@ def plan_batches(n_items: int, item_s: float, task_overhead_s: float, slots: int
     """
     if n_items <= 0:
         return BatchPlan(1, 0, "no items")
-    floor = math.ceil(task_overhead_s / (OVERHEAD_SHARE * max(item_s, 1e-9)))
+    floor = items_per_task(task_overhead_s, item_s)
     spread = math.ceil(n_items / (TASKS_PER_SLOT * max(1, slots)))
     if spread >= floor:
         size, reason = spread, f"{TASKS_PER_SLOT} tasks per thread"

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.dataflow._tasks import tasks_of, token
-from openclaw_dask.dataflow.batched import OVERHEAD_SHARE
+from openclaw_dask.dataflow.batched import OVERHEAD_SHARE, items_per_task
 from openclaw_dask.errors import BatchFailed, OpenclawError
 
 if TYPE_CHECKING:
@@ -125,8 +125,7 @@ def group_size(stage_s: list[float], task_overhead_s: float, slots: int, remaini
     ``stage_s``: one batch's seconds in each stage. Never so many that fewer than two groups
     per slot are left of ``remaining`` batches (None: unknown), nor more than :data:`MAX_GROUP`.
     """
-    mean_s = max(sum(stage_s) / max(1, len(stage_s)), 1e-9)
-    size = math.ceil(task_overhead_s / (OVERHEAD_SHARE * mean_s))
+    size = items_per_task(task_overhead_s, sum(stage_s) / max(1, len(stage_s)))
     if remaining is not None:
         size = min(size, math.ceil(remaining / (2 * max(1, slots))))
     return max(1, min(size, MAX_GROUP))
