@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -232,6 +232,14 @@ class TaskPool(_Executor):
     on_run: Callable[[int, float, float], None] | None = None
     on_task: Callable[[str, int, float, float, Any], None] | None = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._busy: dict[int, float] = {}  # per thread that ran graph tasks, their seconds (one writer per entry)
+
+    def busy_s(self) -> float:
+        """Seconds graph tasks have run on this pool's threads (and through :class:`InlinePool`) so far."""
+        return sum(list(self._busy.values()))
+
     def __reduce__(self) -> tuple[Any, tuple[()]]:
         return _no_pool, ()
 
@@ -277,9 +285,29 @@ class TaskPool(_Executor):
         try:
             return fn(*args, **kwargs)
         finally:
+            stop, thread = time.time(), threading.get_ident()
+            self._busy[thread] = self._busy.get(thread, 0.0) + stop - start
             on_run = self.on_run
             if on_run is not None:
-                on_run(threading.get_ident(), start, time.time())
+                on_run(thread, start, stop)
+
+
+class InlinePool(Executor):
+    """The calling thread as a one-thread pool: dask's threaded scheduler on it runs a graph as its synchronous
+    scheduler does, each task timed and reported by ``pool`` (:meth:`TaskPool._timed`) as on its own threads."""
+
+    _max_workers = 1  # what dask.threaded.get reads
+
+    def __init__(self, pool: TaskPool) -> None:
+        self._pool = pool
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        try:
+            future.set_result(self._pool._timed(fn, args, kwargs))
+        except BaseException as e:  # noqa: BLE001  (handed to dask through the future, as its SynchronousExecutor does)
+            future.set_exception(e)
+        return future
 
 
 def _no_pool() -> None:
@@ -361,7 +389,7 @@ class ThreadBackend(LocalBackend):
         _warn_oversubscribed(threads)
         pool = TaskPool(threads, thread_name_prefix="openclaw-task")
         logger.info("running on dask's threaded scheduler with %d threads", threads)
-        return ThreadedEngine(self, config, pool, threads)
+        return ThreadedEngine(self, config, pool, threads, InlinePool(pool))
 
     def dask_settings(self, config: Config) -> dict[str, Any]:
         if not dashboard_on(config, self):

@@ -6,7 +6,8 @@ the dataflow API and the profiler call it and never ask which kind it is::
     RunningCluster            compute, persist, submit, place, gather, cancel, from_numpy, blocks,
     |                         workers, slots, worker_memory, scale, adapt, record, close
     +-- SyncEngine            dask's synchronous scheduler in the calling thread (serial)
-    +-- ThreadedEngine        dask's threaded scheduler on a TaskPool in this process (thread)
+    +-- ThreadedEngine        dask's threaded scheduler on a TaskPool in this process, or on the calling
+    |                         thread where a graph's shape was measured faster there (thread; cluster/paths.py)
     +-- DistributedCluster    a distributed.Client and, when openclaw started it, its cluster
         +-- (kubernetes)      scaling and adapting through the operator (cluster/kubernetes.py)
 
@@ -21,9 +22,11 @@ import contextlib
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from openclaw_dask.cluster.paths import SERIAL, Choice, PathChooser, signature
 from openclaw_dask.errors import OpenclawError, ResizeError
 
 if TYPE_CHECKING:
@@ -171,6 +174,11 @@ class RunningCluster(abc.ABC):
         """Turn ``elastic.adaptive`` on; return what turns it off."""
         raise ResizeError(f"elastic.adaptive: backend {self.backend.name} {self.backend.refusal('adapt')}")
 
+    @property
+    def path(self) -> Choice | None:
+        """The path the last compute took, where this engine chooses one by measurement (else ``None``)."""
+        return None
+
     def record(self, recorder: Recorder) -> contextlib.AbstractContextManager[Any]:
         """``recorder``'s context manager for this engine (the profiler's :func:`collect`)."""
         return recorder.local(self.threads)
@@ -230,12 +238,33 @@ class SyncEngine(RunningCluster):
 class ThreadedEngine(RunningCluster):
     """dask's threaded scheduler on the thread backend's :class:`~openclaw_dask.cluster.local.TaskPool`."""
 
-    def __init__(self, backend: Backend, config: Config, pool: Any, threads: int) -> None:
+    def __init__(self, backend: Backend, config: Config, pool: Any, threads: int, inline: Any = None) -> None:
         super().__init__(backend, config)
         self._pool, self.threads = pool, threads
+        self._inline = inline  # the calling thread as a pool, for graphs measured faster there (cluster/paths.py)
+        self.paths = PathChooser(threads) if inline is not None and threads > 1 else None
 
     def dask_config(self) -> dict[str, Any]:
         return {"scheduler": "threads", "pool": self._pool}
+
+    def compute(self, collections: list[Any], **kwargs: Any) -> tuple[Any, ...]:
+        """The results of ``collections``, on the task threads or the calling thread, whichever this graph's shape
+        was measured faster on (:class:`~openclaw_dask.cluster.paths.PathChooser`)."""
+        import dask
+
+        if self.paths is None or kwargs:
+            return super().compute(collections, **kwargs)
+        shape = signature(collections)
+        path = self.paths.path(shape)
+        pool = self._inline if path == SERIAL else self._pool
+        busy, start = self._pool.busy_s(), time.perf_counter()
+        results = dask.compute(*collections, scheduler="threads", pool=pool)
+        self.paths.ran(shape, path, time.perf_counter() - start, self._pool.busy_s() - busy)
+        return results
+
+    @property
+    def path(self) -> Choice | None:
+        return None if self.paths is None else self.paths.last
 
     def submit(self, key: str, fn: Callable[..., Any], *args: Any, after: Any = None,
                pin: Mapping[str, Any] | None = None) -> Any:

@@ -21,7 +21,7 @@ class Row:
 
     Each field is the row field of the same name in ``docs/benchmark-report.md``. Fields that
     reports of earlier versions may lack have defaults (``check``, ``cpu_steal_share``,
-    ``invalid``, ``bandwidth_gbps``, ``speedup_vs_first``). The speedups are ``None`` until
+    ``invalid``, ``bandwidth_gbps``, ``speedup_vs_first``, ``path``). The speedups are ``None`` until
     every row of the run is measured (:func:`~openclaw_dask.diagnostics.benchmark_stats.with_speedups`);
     ``compare`` is set only by :func:`~openclaw_dask.diagnostics.benchmark_compare.compare`
     and left out of the JSON while ``None``.
@@ -54,6 +54,7 @@ class Row:
     efficiency_vs_bandwidth: float | None
     speedup_vs_serial: float | None = None
     speedup_vs_first: float | None = None
+    path: str | None = None  # the path the engine took for the last timed run and why, where it chooses by measurement
     compare: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Running a benchmark: each configuration's session runs the suite's kernels, timed and checked, into :class:`Row`.
 
 For every configuration and kernel: build the inputs on the workers (not timed), two warm-ups,
-then ``repeat`` timed runs; the result is checked against NumPy. A row faster than the memory
+``repeat`` timed runs, then one profiled run (its tasks, latencies and verdicts: the profiler's hooks
+cost every task a little, so the timed runs go without); the result is checked against NumPy. A row faster than the memory
 bandwidth measured at the start of the run allows is judged again against fresh measurements
 and, if still faster, marked ``invalid`` (:func:`openclaw_dask.workloads.limits.judged`).
 """
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from openclaw_dask.cluster import running_of
 from openclaw_dask.config.model import plain as _plain
 from openclaw_dask.diagnostics.benchmark_configs import Configuration, unique_labels
 from openclaw_dask.diagnostics.benchmark_render import BenchmarkReport
@@ -118,7 +120,7 @@ def _cpu_steal_s() -> float | None:
 
 
 def _run_kernel(session: SessionLike, name: str, size: int, repeat: int) -> dict[str, Any]:
-    """The measured fields of a row: kernel ``name`` warmed up twice, timed ``repeat`` times, checked, profiled."""
+    """The measured fields of a row: kernel ``name`` warmed up twice, timed ``repeat`` times, profiled once, checked."""
     from openclaw_dask.diagnostics.analysis import analyze
     from openclaw_dask.diagnostics.collect import collect
     from openclaw_dask.workloads.suite import KERNELS
@@ -130,10 +132,12 @@ def _run_kernel(session: SessionLike, name: str, size: int, repeat: int) -> dict
         # (else the first timed run pays the page faults, seen as a 2-4x outlier on big kernels).
         prepared.execute(session)
         stolen = _cpu_steal_s()
-        with collect(session) as record:
-            _, times = prepared.timed(session, repeat)
+        _, times = prepared.timed(session, repeat)  # not profiled: the profiler's hooks cost every task a little
+        path = running_of(session).path  # the last timed run's, before the profiled run
         after = _cpu_steal_s()
         stolen = None if stolen is None or after is None else after - stolen
+        with collect(session) as record:  # one more run, profiled: tasks, latencies, verdicts
+            prepared.execute(session)
         reference, numpy_times = prepared.reference(session, runs=max(1, min(repeat, 3)))
         verdict = prepared.check(session, result, reference)  # within the kernel's error bound (workloads.accuracy)
     finally:
@@ -142,7 +146,7 @@ def _run_kernel(session: SessionLike, name: str, size: int, repeat: int) -> dict
     chunk = first.dtype.itemsize * math.prod(max(c) for c in first.chunks) if first is not None else None
     report = analyze(record, chunk_hint=chunk)
     measured = rates(times, nbytes=prepared.nbytes, flops=prepared.flops,
-                     tasks=len(record.tasks) / repeat)  # tasks that ran per run (inputs already in memory are not tasks)
+                     tasks=len(record.tasks))  # tasks that ran in one run (inputs already in memory are not tasks)
     numpy_s = statistics.median(numpy_times)
     return {
         "workload": name,
@@ -153,6 +157,7 @@ def _run_kernel(session: SessionLike, name: str, size: int, repeat: int) -> dict
         "numpy_1thread_s": numpy_s,
         "speedup_vs_numpy_1thread": numpy_s / measured["median_s"],
         "cpu_steal_share": None if stolen is None else stolen / sum(times),
+        "path": None if path is None or path.serial_s is None else path.text(),
         "flags": tuple(sorted(report.kinds())),
         "verdicts": tuple(f"{v.kind}: {v.summary}; fix: {v.fix}" for v in report.verdicts),
     }

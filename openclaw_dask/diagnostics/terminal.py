@@ -71,6 +71,8 @@ def print_run_summary(r: Any) -> None:
                       "generated its chunks and reduced them as it went; GB/s includes generation")
     table.add_row("cluster", f"{r.backend}: {r.workers} worker(s), {r.threads} thread(s)")
     table.add_row("engine", r.engine)
+    if r.path:
+        table.add_row("path", r.path)
     table.add_row("chunks", f"{r.n_chunks} x {_b(r.chunk_bytes)} ({r.chunk_reason})")
     table.add_row("failures", recovery_line(r.workers_lost, r.tasks_recomputed, r.failures_recovered))
     _console().print(table)

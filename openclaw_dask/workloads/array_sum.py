@@ -68,6 +68,7 @@ class ArraySumResult:
     failures_recovered: int | None = 0
     check: str = ""  # the bound the result was checked against (workloads.accuracy)
     out_of_core: bool = False  # the array did not fit: each timed sum generated it on the fly (GB/s includes that)
+    path: str | None = None  # where the engine chose the last sum's path by measurement: which and why (cluster/paths.py)
 
     @property
     def mismatch(self) -> str:
@@ -100,6 +101,7 @@ def run(session: SessionLike, *, size: int | None = None, repeat: int | None = N
     before = session.recovery()
     t_start = time.perf_counter()
     total, times, generate_s, out_of_core = _summed(session, _array(session, n, chunks), repeat, progress)
+    path = running_of(session).path
     wall_s, expected, sum_s = time.perf_counter() - t_start, n * (n - 1) / 2, statistics.median(times)
     # out of core the run never holds its data: the limit is measured over what it holds at once (a cache's
     # bandwidth, a looser bound), not allocated whole beside the workers (an in-process worker's memory is this process's)
@@ -118,7 +120,7 @@ def run(session: SessionLike, *, size: int | None = None, repeat: int | None = N
         backend=session.backend.name, engine=str(session.engine), enabled=cfg.parallel.enabled,
         workers=len(workers) or 1, threads=session.slots, workers_lost=recovery.workers_lost,
         tasks_recomputed=recovery.tasks_recomputed, failures_recovered=recovery.failures_recovered,
-        out_of_core=out_of_core,
+        out_of_core=out_of_core, path=None if path is None or path.serial_s is None else path.text(),
     )
 
 

@@ -1,0 +1,119 @@
+"""Which path a graph takes on dask's threaded scheduler: the task threads or the calling thread, by measurement.
+
+A second thread gains nothing where a graph is bound by memory bandwidth (a sum that one thread
+already streams at the machine's limit) or by the scheduler's cost per task (tasks of a few µs
+whose hand-offs between threads cost more than they run), and there it loses: the hand-offs are
+paid and nothing is won. Which graphs those are depends on the machine, so it is measured, per
+graph shape (:func:`signature`: its layers' kinds, its outputs' chunks), by :class:`PathChooser`:
+
+1. The first two computes of a shape run on the task threads (the first pays for warm-up).
+2. The third runs once on the calling thread, unless that could cost more than one more run: when
+   the tasks' busy time on the threads (what the work would take one thread, or more, since threads
+   slow each other down on memory) is over twice the run's wall time. That never holds on 2
+   threads, where one thread takes at most about twice as long as both.
+3. From then on each compute takes the path whose fastest of its last three runs is faster.
+   The chosen path keeps being measured: if it slows, the other path is taken again.
+
+The choice and its figures are :attr:`PathChooser.last` (``openclaw run`` prints it).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["PARALLEL", "SERIAL", "Choice", "PathChooser", "signature"]
+
+PARALLEL, SERIAL = "threads", "one thread"
+_WARM_RUNS = 2  # parallel runs of a shape before it is tried on one thread (the first pays page faults)
+_KEPT = 3  # runs kept per path: the fastest of them stands for the path (noise only adds time)
+MAX_SIGNED_LAYERS = 10_000  # a bigger graph always takes the task threads: its shape would cost too much to key
+
+
+@dataclass
+class _Runs:
+    parallel: deque[float] = field(default_factory=lambda: deque(maxlen=_KEPT))
+    serial: deque[float] = field(default_factory=lambda: deque(maxlen=_KEPT))
+    busy: float = 0.0  # task seconds of the last parallel run
+    tried: bool = False  # the serial trial was decided (run, or refused as too costly)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The path one compute took and the measurements it was chosen by (seconds; ``None``: not measured)."""
+
+    path: str
+    reason: str
+    parallel_s: float | None
+    serial_s: float | None
+
+    def text(self) -> str:
+        """One line for a run summary, e.g. ``one thread: 11.2 ms there against 13.0 ms on 2 threads``."""
+        return f"{self.path}: {self.reason}"
+
+
+class PathChooser:
+    """Per graph shape, the path measured faster: the pool's ``threads`` task threads or the calling thread."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self._shapes: dict[Any, _Runs] = {}
+        self.last: Choice | None = None  # the choice of the most recent compute
+
+    def path(self, shape: Any) -> str:
+        """The path the next compute of ``shape`` takes (also kept as :attr:`last`)."""
+        runs = self._shapes.setdefault(shape, _Runs())
+        if shape is None or len(runs.parallel) < _WARM_RUNS and not runs.serial:
+            return self._chose(PARALLEL, "measuring this graph on the task threads", runs)
+        if not runs.tried:
+            runs.tried = True
+            if runs.busy > 2 * min(runs.parallel):
+                return self._chose(PARALLEL, "one thread would cost more than one more run to try", runs)
+            return self._chose(SERIAL, "trying this graph on one thread", runs)
+        if not runs.serial:
+            return self._chose(PARALLEL, "one thread would cost more than one more run to try", runs)
+        faster = SERIAL if min(runs.serial) < min(runs.parallel) else PARALLEL
+        return self._chose(faster, f"measured faster ({_ms(min(runs.serial))} on one thread, "
+                                   f"{_ms(min(runs.parallel))} on {self.threads})", runs)
+
+    def ran(self, shape: Any, path: str, seconds: float, busy: float) -> None:
+        """Note a compute of ``shape`` on ``path``: its wall ``seconds`` and its tasks' ``busy`` seconds."""
+        if shape is None:
+            return
+        runs = self._shapes.setdefault(shape, _Runs())
+        if path == SERIAL:
+            runs.serial.append(seconds)
+        else:
+            runs.parallel.append(seconds)
+            runs.busy = busy
+
+    def _chose(self, path: str, reason: str, runs: _Runs) -> str:
+        self.last = Choice(path, reason, min(runs.parallel, default=None), min(runs.serial, default=None))
+        return path
+
+
+def signature(collections: list[Any]) -> Any:
+    """A hashable shape of ``collections``' graph: each layer's kind, counted, and each array's chunks and dtype.
+
+    Two graphs of one shape run the same kinds of task on the same blocks (the same kernel on new
+    data, a loop's next step); ``None`` where the graph is too big to key cheaply.
+    """
+    from dask.utils import key_split
+
+    kinds: Counter[str] = Counter()
+    outputs = []
+    for c in collections:
+        graph = c.__dask_graph__()
+        layers = getattr(graph, "layers", None)
+        names = layers.keys() if layers is not None else graph.keys()
+        if len(names) > MAX_SIGNED_LAYERS:
+            return None
+        kinds.update(key_split(name) for name in names)
+        kind = type(c)  # asked of the class: a Delayed makes any attribute it is asked for into a task
+        outputs.append((kind.__name__, c.chunks if hasattr(kind, "chunks") else None, str(c.dtype) if hasattr(kind, "dtype") else ""))
+    return frozenset(kinds.items()), tuple(outputs)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"

@@ -1,0 +1,128 @@
+"""The threaded engine's path by measurement (cluster/paths.py): the task threads or the calling thread."""
+
+from __future__ import annotations
+
+import threading
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+
+import openclaw_dask
+from openclaw_dask.cluster.paths import PARALLEL, SERIAL, PathChooser, signature
+from openclaw_dask.diagnostics.benchmark_render import row_cells
+from openclaw_dask.diagnostics.benchmark_report import Row
+from openclaw_dask.diagnostics.collect import collect
+from openclaw_dask.workloads.suite import run_kernel
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _runs(chooser, shape, times):
+    """Compute ``shape`` once per entry of ``times`` (path -> seconds); the paths taken, in order."""
+    taken = []
+    for seconds in times:
+        path = chooser.path(shape)
+        taken.append(path)
+        chooser.ran(shape, path, seconds[path], busy=2 * seconds[path])
+    return taken
+
+
+def test_two_runs_on_the_threads_then_one_trial_then_the_faster():
+    chooser = PathChooser(threads=2)
+    serial_wins = [{PARALLEL: 0.010, SERIAL: 0.008}] * 6
+    assert _runs(chooser, "a", serial_wins) == [PARALLEL, PARALLEL, SERIAL, SERIAL, SERIAL, SERIAL]
+    assert chooser.last.path == SERIAL and "8 ms on one thread, 10 ms on 2" in chooser.last.text()
+    threads_win = [{PARALLEL: 0.005, SERIAL: 0.008}] * 5
+    assert _runs(PathChooser(threads=2), "b", threads_win) == [PARALLEL, PARALLEL, SERIAL, PARALLEL, PARALLEL]
+
+
+def test_a_chosen_path_that_slows_down_gives_way():
+    chooser = PathChooser(threads=2)
+    _runs(chooser, "a", [{PARALLEL: 0.010, SERIAL: 0.008}] * 4)
+    # one thread now takes 12 ms: its kept runs (8, 8, 12, 12) stop standing for it once the 8s are out of the window
+    taken = _runs(chooser, "a", [{PARALLEL: 0.010, SERIAL: 0.012}] * 5)
+    assert taken[:2] == [SERIAL, SERIAL] and taken[-1] == PARALLEL
+
+
+def test_shapes_are_measured_apart_and_no_shape_always_takes_the_threads():
+    chooser = PathChooser(threads=2)
+    _runs(chooser, "a", [{PARALLEL: 0.010, SERIAL: 0.008}] * 4)
+    assert chooser.path("b") == PARALLEL
+    assert _runs(chooser, None, [{PARALLEL: 1.0, SERIAL: 0.001}] * 5) == [PARALLEL] * 5
+
+
+def test_no_trial_where_one_thread_could_cost_more_than_one_more_run():
+    chooser = PathChooser(threads=8)
+    for _ in range(2):
+        chooser.ran("a", chooser.path("a"), 0.010, busy=0.070)  # 7 threads busy: one thread would take ~7x
+    assert [chooser.path("a") for _ in range(3)] == [PARALLEL] * 3
+    assert "more than one more run" in chooser.last.reason
+
+
+def test_signature_keys_the_graph_shape_not_its_data():
+    def loop():
+        return dask.delayed(sum)([dask.delayed(abs)(i) for i in range(40)])
+
+    assert signature([loop()]) == signature([loop()])  # delayed keys are random; the shape is not
+    x = da.ones((100,), chunks=10)
+    assert signature([(x + 1).sum()]) != signature([x.sum()])
+    assert signature([x.rechunk(20).sum()]) != signature([x.sum()])
+    assert signature([x]) != signature([x.astype("float32")])
+    assert "getattr" not in str(signature([loop()]))  # a Delayed is not asked for attributes it would make into tasks
+
+
+def _thread_of(block):
+    return np.full(block.shape, threading.get_ident(), dtype=np.int64)
+
+
+@pytest.fixture(scope="module")
+def threaded():
+    with openclaw_dask.session(backend="thread", workers=2) as s:
+        yield s
+
+
+def test_the_trial_runs_in_the_calling_thread_with_the_same_result(threaded):
+    s = threaded
+    x = da.arange(64, chunks=8)
+    results, threads = [], []
+    for _ in range(4):
+        value, where = s.compute((x * x).sum(), x.map_blocks(_thread_of))
+        results.append(value)
+        threads.append(set(where.tolist()))
+    assert results == [int((np.arange(64) ** 2).sum())] * 4
+    caller = threading.get_ident()
+    assert caller not in threads[0] | threads[1]  # the task threads
+    assert threads[2] == {caller}  # the trial
+    assert s.running.path.serial_s is not None and s.running.path.parallel_s is not None
+
+
+def test_the_profiler_sees_the_tasks_of_a_run_on_the_calling_thread(threaded):
+    s = threaded
+    x = da.ones((4096,), chunks=256)
+    for _ in range(2):
+        s.compute((x + 2).sum())
+    with collect(s) as record:
+        assert s.compute((x + 2).sum()) == 3 * 4096
+    assert s.running.path.path == SERIAL  # the trial
+    assert len(record.tasks) >= 16 and {t.thread for t in record.tasks} == {threading.get_ident()}
+
+
+def test_a_kernel_run_says_which_path_it_took(threaded):
+    result = run_kernel("tiny-tasks", threaded, repeat=4)
+    assert result.ok
+    path = dict(result.rows)["path"]
+    assert path.startswith((SERIAL, PARALLEL)) and "measured faster" in path
+
+
+def test_a_benchmark_row_on_one_thread_is_flagged():
+    fields = {"workload": "array-sum", "ok": True, "median_s": 0.01, "min_s": 0.01, "max_s": 0.01, "times_s": (0.01,),
+              "nbytes": 8, "gbps": 1.0, "gflops": 0.0, "tasks": 2.0, "tasks_per_s": 200.0,
+              "task_latency_s": {"p50": 0.0, "p95": 0.0, "p99": 0.0}, "numpy_1thread_s": 0.01, "speedup_vs_numpy_1thread": 1.0,
+              "flags": (), "verdicts": (), "config": "thread", "settings": {}, "workers": 1, "threads": 2,
+              "efficiency_vs_bandwidth": 0.5, "speedup_vs_serial": 1.0}
+    flagged = Row(**fields, path=f"{SERIAL}: measured faster (4 ms on one thread, 5 ms on 2)")
+    assert "one thread (measured faster)" in row_cells(flagged)[10]
+    assert row_cells(Row(**fields))[10] == "-"
+    assert Row.from_json(flagged.to_json()).path == flagged.path
