@@ -57,7 +57,7 @@ JOB = textwrap.dedent("""\
 # expected exit status per signal; SIGTERM is 128 + 15 (the session turns it into an exit that unwinds)
 EXIT = {"SIGINT": 130, "SIGINT twice": 130, "SIGTERM": 128 + signal.SIGTERM, "SIGKILL": -signal.SIGKILL}
 # The issue's bound is 2 s; the hook itself holds a start or a close 0.5 s. Interrupted during a
-# cluster's start, the start is finished first and the cluster then closed (cluster/local.py _interruptible).
+# cluster's start, the start is finished first and the cluster then closed (cluster/starting.py interruptible).
 HOLD_S = 0.5
 NOISE = ("Traceback", "KeyboardInterrupt", "WARNING", "ERROR", "Failed to remove", "AllExit", "Exception")
 

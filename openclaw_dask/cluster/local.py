@@ -46,7 +46,8 @@ from openclaw_dask.cluster.plugins import BlasThreads, blas_threads, task_thread
 from openclaw_dask.cluster.running import RunningCluster, ThreadedEngine
 from openclaw_dask.cluster.security import security_for, tls_plan
 from openclaw_dask.cluster.settings import dask_settings
-from openclaw_dask.errors import ClusterStartError, ConfigError, first_line, shorten
+from openclaw_dask.cluster.starting import first_cause, interruptible
+from openclaw_dask.errors import ClusterStartError, ConfigError
 
 if TYPE_CHECKING:
     from openclaw_dask.config import Config
@@ -125,9 +126,9 @@ class LocalBackend(Backend):
         logger.info("starting %s cluster: %s", self.name, kwargs)
         with contextlib.ExitStack() as undo:  # Ctrl-C while starting closes what started, here
             try:
-                cluster = _interruptible(lambda: _all_started(self.cluster_class()(**kwargs)), config.parallel.timeout)
+                cluster = interruptible(lambda: _all_started(self.cluster_class()(**kwargs)), config.parallel.timeout)
             except Exception as e:  # distributed raises many types for a failed start
-                raise ClusterStartError(f"could not start the {self.name} cluster ({_first_cause(e)})") from e
+                raise ClusterStartError(f"could not start the {self.name} cluster ({first_cause(e)})") from e
             undo.callback(cluster.close)
             require_http_port(config, http, cluster.scheduler)  # taken between the check and the start
             try:
@@ -156,62 +157,11 @@ def _all_started(cluster: Any) -> Any:
     return cluster
 
 
-def _first_cause(error: BaseException) -> str:
-    """The innermost exception under ``error`` ("Nanny failed to start" wraps why), in one short line."""
-    seen = {id(error)}
-    while (inner := error.__cause__ or error.__context__) is not None and id(inner) not in seen:
-        seen.add(id(inner))
-        error = inner
-    return shorten(first_line(error), 300)
-
-
 def _hand_to_cluster(kwargs: dict[str, Any], settings: dict[str, Any]) -> None:
     """The scheduler's allowed failures and the workers' preloads, as the cluster's keywords (:attr:`Backend.cluster_keywords`)."""
     kwargs["scheduler_kwargs"]["allowed_failures"] = settings["distributed.scheduler.allowed-failures"]
     preload = settings.get("distributed.worker.preload", [])
     kwargs["preload"] = [preload] if isinstance(preload, str) else list(preload)
-
-
-def _interruptible(make: Callable[[], Any], wait: float) -> Any:
-    """``make()`` a cluster in a helper thread; if Ctrl-C (or SIGTERM) ends the wait, close it once started.
-
-    Called in this thread, distributed's ``sync`` would cancel the start half way on Ctrl-C, leaving
-    nannies that neither it nor its exit hook can close (a traceback at exit, and a worker
-    process left running).
-    """
-    started: Future[Any] = Future()  # made before the thread: a Ctrl-C from its first instruction on finds it
-
-    def run() -> None:
-        try:
-            started.set_result(_without_sigint(make))
-        except BaseException as e:  # noqa: BLE001  (handed to the waiting thread)
-            started.set_exception(e)
-
-    try:
-        threading.Thread(target=run, name="openclaw-start", daemon=True).start()
-        return started.result()
-    except (KeyboardInterrupt, SystemExit):
-        with contextlib.suppress(Exception):  # a start that failed has closed itself
-            started.result(timeout=wait).close()
-        raise
-
-
-def _without_sigint(make: Callable[[], Any]) -> Any:
-    """``make()`` with SIGINT blocked in this thread, and so in every thread and process it starts.
-
-    A signal mask is inherited by new threads and kept across fork and exec: the cluster's
-    event loop thread, the threads its nannies start worker processes from, and those worker
-    processes (from their first instruction, before any preload could run) never take the
-    terminal's Ctrl-C. The main thread still does, and the session then stops them.
-    """
-    import signal
-    from multiprocessing import resource_tracker
-
-    # Python starts its resource tracker with SIGINT blocked and then *unblocks* SIGINT in the
-    # thread that started it: started later in the event loop thread, it would undo this mask.
-    resource_tracker.ensure_running()
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    return make()
 
 
 class TaskPool(_Executor):

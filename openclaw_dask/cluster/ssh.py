@@ -38,6 +38,7 @@ from openclaw_dask.cluster.client import DistributedCluster
 from openclaw_dask.cluster.network import http_host, protocol
 from openclaw_dask.cluster.plugins import BlasThreads, blas_threads, task_threads
 from openclaw_dask.cluster.security import security_for, tls_plan
+from openclaw_dask.cluster.starting import first_cause, interruptible
 from openclaw_dask.config import changed_from_defaults
 from openclaw_dask.config.checks import check_bind
 from openclaw_dask.errors import ClusterStartError, ConfigError, shorten
@@ -225,8 +226,6 @@ class SshBackend(Backend):
         """Probe every host, start the scheduler and the workers over SSH, and connect a client."""
         from distributed import Client
 
-        from openclaw_dask.cluster.local import _first_cause, _interruptible
-
         plan = self.plan(config)
         cores = probe_hosts(config)
         security = security_for(config)
@@ -234,10 +233,10 @@ class SshBackend(Backend):
         logger.info("starting the ssh cluster: %s", plan)
         with contextlib.ExitStack() as undo:
             try:
-                cluster = _interruptible(lambda: _cluster(spec, security), config.parallel.timeout)
+                cluster = interruptible(lambda: _cluster(spec, security), config.parallel.timeout)
             except Exception as e:  # distributed and asyncssh raise many types for a failed start
                 raise ClusterStartError(f"could not start the ssh cluster on {', '.join(config.ssh.hosts)} "
-                                        f"({_first_cause(e)}); run openclaw doctor to check each host") from e
+                                        f"({first_cause(e)}); run openclaw doctor to check each host") from e
             undo.callback(cluster.close)
             _drain(cluster)
             try:

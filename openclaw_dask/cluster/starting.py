@@ -1,0 +1,64 @@
+"""Starting a cluster: interruptible by Ctrl-C without leaving processes behind, and why a start failed in one line."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from openclaw_dask.errors import first_line, shorten
+
+__all__ = ["first_cause", "interruptible"]
+
+
+def first_cause(error: BaseException) -> str:
+    """The innermost exception under ``error`` ("Nanny failed to start" wraps why), in one short line."""
+    seen = {id(error)}
+    while (inner := error.__cause__ or error.__context__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        error = inner
+    return shorten(first_line(error), 300)
+
+
+def interruptible(make: Callable[[], Any], wait: float) -> Any:
+    """``make()`` a cluster in a helper thread; if Ctrl-C (or SIGTERM) ends the wait, close it once started.
+
+    Called in this thread, distributed's ``sync`` would cancel the start half way on Ctrl-C, leaving
+    nannies that neither it nor its exit hook can close (a traceback at exit, and a worker
+    process left running).
+    """
+    started: Future[Any] = Future()  # made before the thread: a Ctrl-C from its first instruction on finds it
+
+    def run() -> None:
+        try:
+            started.set_result(_without_sigint(make))
+        except BaseException as e:  # noqa: BLE001  (handed to the waiting thread)
+            started.set_exception(e)
+
+    try:
+        threading.Thread(target=run, name="openclaw-start", daemon=True).start()
+        return started.result()
+    except (KeyboardInterrupt, SystemExit):
+        with contextlib.suppress(Exception):  # a start that failed has closed itself
+            started.result(timeout=wait).close()
+        raise
+
+
+def _without_sigint(make: Callable[[], Any]) -> Any:
+    """``make()`` with SIGINT blocked in this thread, and so in every thread and process it starts.
+
+    A signal mask is inherited by new threads and kept across fork and exec: the cluster's
+    event loop thread, the threads its nannies start worker processes from, and those worker
+    processes (from their first instruction, before any preload could run) never take the
+    terminal's Ctrl-C. The main thread still does, and the session then stops them.
+    """
+    import signal
+    from multiprocessing import resource_tracker
+
+    # Python starts its resource tracker with SIGINT blocked and then *unblocks* SIGINT in the
+    # thread that started it: started later in the event loop thread, it would undo this mask.
+    resource_tracker.ensure_running()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    return make()
