@@ -79,6 +79,7 @@ class RunningCluster(abc.ABC):
     scheduler: Any = None
     threads: int = 1
     dashboard_link: str | None = None
+    path: Choice | None = None  # the path the last compute took and why, where the engine chooses one by measurement
 
     def __init__(self, backend: Backend, config: Config) -> None:
         self.backend, self.config = backend, config
@@ -174,11 +175,6 @@ class RunningCluster(abc.ABC):
         """Turn ``elastic.adaptive`` on; return what turns it off."""
         raise ResizeError(f"elastic.adaptive: backend {self.backend.name} {self.backend.refusal('adapt')}")
 
-    @property
-    def path(self) -> Choice | None:
-        """The path the last compute took, where this engine chooses one by measurement (else ``None``)."""
-        return None
-
     def record(self, recorder: Recorder) -> contextlib.AbstractContextManager[Any]:
         """``recorder``'s context manager for this engine (the profiler's :func:`collect`)."""
         return recorder.local(self.threads)
@@ -256,15 +252,12 @@ class ThreadedEngine(RunningCluster):
             return super().compute(collections, **kwargs)
         shape = signature(collections)
         path = self.paths.path(shape)
+        self.path = self.paths.last
         pool = self._inline if path == SERIAL else self._pool
         busy, start = self._pool.busy_s(), time.perf_counter()
         results = dask.compute(*collections, scheduler="threads", pool=pool)
         self.paths.ran(shape, path, time.perf_counter() - start, self._pool.busy_s() - busy)
         return results
-
-    @property
-    def path(self) -> Choice | None:
-        return None if self.paths is None else self.paths.last
 
     def submit(self, key: str, fn: Callable[..., Any], *args: Any, after: Any = None,
                pin: Mapping[str, Any] | None = None) -> Any:
