@@ -16,12 +16,13 @@ projection (:func:`project`,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import operator
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from openclaw_dask.cluster.stall import configured_max_spill
 from openclaw_dask.config.keys import MEMORY_CHECK, MEMORY_LIMIT, TASK_CHUNK_SIZE
@@ -30,10 +31,11 @@ from openclaw_dask.errors import ConfigError
 if TYPE_CHECKING:
     from openclaw_dask.cluster import SessionLike
 
-__all__ = ["LOCAL", "MAX_WALK_TASKS", "RESERVE", "Misfit", "Projection", "Task", "describe", "fits", "fitting_chunk", "misfit", "project",
-           "require_fit", "suggest_chunk", "watched"]
+__all__ = ["LOCAL", "MAX_WALK_TASKS", "RESERVE", "Misfit", "Projection", "Task", "allocates", "describe", "fits", "fitting_chunk",
+           "misfit", "project", "require_fit", "suggest_chunk", "watched"]
 
 logger = logging.getLogger("openclaw_dask.memory")
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 RESERVE = 4 * 2**20  # per worker: task state, messages and allocator slack that no chunk size shows
 LOCAL = "this process"  # the one worker of a local engine (dask's threaded or synchronous scheduler)
@@ -92,11 +94,13 @@ class Projection:
     walked: bool
 
 
-def project(collections: list[Any], *, workers: int = 1, threads: int = 1, saturation: float = 1.1) -> Projection | None:
+def project(collections: list[Any], *, workers: int = 1, threads: int = 1, saturation: float = 1.1,
+            relayed: bool = True) -> Projection | None:
     """The :class:`Projection` of computing ``collections`` on ``workers`` workers of ``threads`` threads.
 
     ``None`` when no collection is a dask array graph (nothing to project from).
-    ``saturation`` is distributed's ``scheduler.worker-saturation`` (``inf``: no queuing).
+    ``saturation`` is distributed's ``scheduler.worker-saturation`` (``inf``: no queuing); ``relayed``: ready
+    tasks reach the workers through a scheduler, a round late (distributed; not dask's local schedulers).
     """
     graph = _graph(collections)
     if graph is None:
@@ -107,15 +111,22 @@ def project(collections: list[Any], *, workers: int = 1, threads: int = 1, satur
     slots = workers * threads
     if count <= MAX_WALK_TASKS:
         ordered = _toposorted(dsk)
-        sized = _sizes(dsk, ordered, layouts)
-        kept = sum(sized.sizes.get(k, 0) for k in set(results))
+        sized = _sizes(dsk, ordered, layouts, copied=workers > 1)
+        kept = sum(sized.sizes.get(k, 0) for k in set(results) | {sized.owner[k] for k in results if k in sized.owner})
         biggest, roots = sized.biggest, sized.roots
-        held, busy = _walk(dsk, ordered, sized, results, slots)
+        relay = _blockwise(collections) if relayed else None
+        held, busy = _walk(dsk, ordered, sized, results, slots, relayed=relay)
+        share = -(-held // workers)
+        if workers > 1 and (pulled := _pulled(dsk, ordered)):  # their bytes are not shared out: one worker holds them
+            weighted = dataclasses.replace(sized, sizes=_shared(sized.sizes, pulled, workers),
+                                           temporary=_shared(sized.temporary, pulled, workers))
+            share = _walk(dsk, ordered, weighted, results, slots, relayed=relay)[0]
     else:
         sizes, biggest, roots = _sampled(collections, layouts)
         kept = sum(sizes.get(k, 0) for k in results)
         held = busy = slots * biggest.footprint
         held += kept
+        share = -(-held // workers)
     # roots sent to a worker beyond its threads: their outputs can wait for consumers the scheduler sends later
     queued = (0 if math.isinf(saturation) else max(0, math.ceil(saturation * threads) - threads)) * roots
     running = max(-(-busy // workers), biggest.footprint) + queued + RESERVE
@@ -123,7 +134,7 @@ def project(collections: list[Any], *, workers: int = 1, threads: int = 1, satur
     # the rounds keep threads in step; real ones drift apart, one running ahead (a task and the root it reads)
     # while another finishes a long task
     drift = (threads - 1) * (biggest.footprint + roots)
-    return Projection(max(-(-held // workers), biggest.footprint) + drift + queued + RESERVE, running, held,
+    return Projection(max(share, biggest.footprint) + drift + queued + RESERVE, running, held,
                       -(-kept // workers), biggest, chunk, count, workers, threads, count <= MAX_WALK_TASKS)
 
 
@@ -161,6 +172,42 @@ def _graph(collections: list[Any]) -> tuple[dict[str, Layout], list[Any]] | None
         layouts[str(c.name)] = (tuple(tuple(int(n) for n in a) for a in c.chunks), c.dtype.itemsize)
         results.extend(flatten(c.__dask_keys__()))
     return (layouts, results) if layouts else None
+
+
+def _pulled(dsk: dict[Any, Any], ordered: list[Any]) -> set[Any]:
+    """Tasks that run on one worker whatever the workers: the readers of a block persisted before that more than one
+    task reads whole (a model's weights), and the tasks they feed. Distributed runs a task where its inputs are."""
+    readers: dict[Any, list[Any]] = {}
+    for key in ordered:
+        if not _slices(dsk[key]):  # a slice runs where its block is, and only the slice moves
+            for d in getattr(dsk[key], "dependencies", ()):
+                if d not in dsk:
+                    readers.setdefault(d, []).append(key)
+    pulled = {k for keys in readers.values() if len(keys) > 1 for k in keys}
+    for key in ordered:
+        if key not in pulled and any(d in pulled for d in _inside(dsk, key)):
+            pulled.add(key)
+    return pulled
+
+
+def _slices(task: Any) -> bool:
+    import numpy as np
+    from dask.array import chunk
+
+    return getattr(task, "func", None) in (operator.getitem, chunk.getitem, np.transpose)
+
+
+def _shared(sizes: dict[Any, int], pulled: set[Any], workers: int) -> dict[Any, int]:
+    """Each worker's share of ``sizes``: all of a pulled task's bytes, an even share of the others'."""
+    return {k: v if k in pulled else -(-v // workers) for k, v in sizes.items()}
+
+
+def _blockwise(collections: list[Any]) -> set[str]:
+    """Names of the blockwise layers (dask fuses a chain of them into one task)."""
+    from dask.blockwise import Blockwise
+
+    return {str(n) for c in _arrays(collections) for n, layer in getattr(c.__dask_graph__(), "layers", {}).items()
+            if isinstance(layer, Blockwise)}
 
 
 def _arrays(collections: list[Any]) -> list[Any]:
@@ -208,12 +255,14 @@ def _shape(chunks: tuple[tuple[int, ...], ...], index: tuple[Any, ...]) -> tuple
     return None
 
 
-def _sliced(task: Any, shapes: dict[Any, tuple[int, ...] | None]) -> tuple[int, ...] | None:
+def _sliced(task: Any, shape_of: Callable[[Any], tuple[int, ...] | None]) -> tuple[int, ...] | None:
     """The shape a ``getitem(block, slices)`` task gives (rechunk's splits, overlap's edges), else ``None``."""
-    if getattr(task, "func", None) is not operator.getitem or len(getattr(task, "args", ())) != 2:
+    from dask.array import chunk
+
+    if getattr(task, "func", None) not in (operator.getitem, chunk.getitem) or len(getattr(task, "args", ())) != 2:
         return None
     source, index = task.args
-    shape = shapes.get(getattr(source, "key", None))
+    shape = shape_of(getattr(source, "key", None))
     index = getattr(index, "value", index)
     if shape is None or not isinstance(index, tuple) or len(index) != len(shape) or not all(
             isinstance(s, slice) for s in index):
@@ -221,8 +270,8 @@ def _sliced(task: Any, shapes: dict[Any, tuple[int, ...] | None]) -> tuple[int, 
     return tuple(len(range(*s.indices(n))) for s, n in zip(index, shape))
 
 
-def _functions(task: Any) -> list[str]:
-    """Names of the functions a task calls: through ``partial``, ``Compose`` and the tasks inlined in its arguments."""
+def _callables(task: Any) -> list[Any]:
+    """The functions a task calls: through ``partial``, ``Compose`` and the tasks inlined in its arguments."""
     out, todo = [], [getattr(task, "func", None)]
     todo.extend(a.func for a in getattr(task, "args", ()) if hasattr(a, "func") and hasattr(a, "dependencies"))
     while todo:
@@ -230,7 +279,7 @@ def _functions(task: Any) -> list[str]:
         if f is None:
             continue
         if hasattr(f, "dependencies"):  # an inlined task
-            out.extend(_functions(f))
+            out.extend(_callables(f))
             continue
         todo.extend(getattr(f, "funcs", ()))  # toolz Compose: first, then the rest
         todo.append(getattr(f, "first", None))
@@ -238,8 +287,19 @@ def _functions(task: Any) -> list[str]:
         if inner is not None:
             todo.append(inner)
         elif not hasattr(f, "funcs"):
-            out.append(getattr(f, "__name__", ""))
+            out.append(f)
     return out
+
+
+def _functions(task: Any) -> list[str]:
+    """Names of the functions a task calls (see :func:`_callables`)."""
+    return [getattr(f, "__name__", "") for f in _callables(task)]
+
+
+def _temporaries(task: Any) -> tuple[float, float]:
+    """The temporaries a task's functions make (times its inputs, times its output): declared, or dask's known ones."""
+    return max(((getattr(f, _DECLARED, None) or _TEMPORARIES.get(getattr(f, "__name__", ""), (0, 0)))
+                for f in _callables(task)), default=(0, 0))
 
 
 def _reduced(task: Any, shape: tuple[int, ...] | None) -> tuple[int, ...] | None:
@@ -257,30 +317,64 @@ def _output(key: Any, task: Any, deps: list[Any], layouts: dict[str, Layout], si
     from dask._task_spec import DataNode
     from dask.sizeof import sizeof
 
-    first = next(iter(deps), None)
-    itemsize = sizes.get(first, 0) // max(1, math.prod(shapes.get(first) or (1,))) if first is not None else 0
+    def shape_of(dep: Any) -> tuple[int, ...] | None:  # data persisted before the graph: its layer's chunks
+        return shapes[dep] if dep in shapes else _layout_shape(dep, layouts)
+
+    every = list(getattr(task, "dependencies", ()))  # deps, and the data persisted before that the task reads
+    first = next(iter(every), None)
+    itemsize = _itemsize(first, layouts, sizes, shape_of(first)) if first is not None else 0
     name, index = _name_index(key)
-    if len(deps) == 1 and itemsize and (shape := _reduced(task, shapes.get(first))) is not None:
+    if len(every) == 1 and itemsize and (shape := _reduced(task, shape_of(first))) is not None:
         return shape, itemsize * math.prod(shape)  # its layer's chunks are the input's: dask sets them after
     if (layout := layouts.get(name)) is not None:
         return _shape(layout[0], index), _block_bytes(layout[0], layout[1], index)
     if isinstance(task, DataNode):
         return None, int(sizeof(task.value))
-    if itemsize and (shape := _sliced(task, shapes)) is not None:
+    if itemsize and (shape := _sliced(task, shape_of)) is not None:
         return shape, itemsize * math.prod(shape)
     return None, max((sizes[d] for d in deps), default=0)  # no layout: as big as its biggest input (an estimate)
 
 
-def _sizes(dsk: dict[Any, Any], ordered: list[Any], layouts: dict[str, Layout]) -> _Sizes:
-    """Each task's output, temporary bytes and footprint, the task with the biggest footprint, the biggest root output."""
+def _layout_shape(key: Any, layouts: dict[str, Layout]) -> tuple[int, ...] | None:
+    name, index = _name_index(key)
+    return _shape(layouts[name][0], index) if name in layouts else None
+
+
+def _persisted_bytes(key: Any, layouts: dict[str, Layout]) -> int:
+    """Bytes of the block ``key`` of data persisted before the graph (0 when its layer is not an array's)."""
+    name, index = _name_index(key)
+    return _block_bytes(*layouts[name], index) if name in layouts else 0
+
+
+def _itemsize(key: Any, layouts: dict[str, Layout], sizes: dict[Any, int], shape: tuple[int, ...] | None) -> int:
+    """Bytes per element of ``key``'s block: from its bytes and shape, or (data persisted before) its layer's dtype."""
+    if key in sizes:
+        return sizes[key] // max(1, math.prod(shape or (1,)))
+    layout = layouts.get(_name_index(key)[0])
+    return layout[1] if layout is not None else 0
+
+
+def _sizes(dsk: dict[Any, Any], ordered: list[Any], layouts: dict[str, Layout], *, copied: bool = False) -> _Sizes:
+    """Each task's output, temporary bytes and footprint, the task with the biggest footprint, the biggest root output.
+
+    ``copied`` (more than one worker): the data persisted before that a task reads may be on another worker, and
+    copied to its own: it counts in the task's inputs (on one worker it is the baseline's).
+    """
     from dask.utils import key_split
 
-    out = _Sizes({}, {}, {}, set(), Task("", None, 0, 0), 0)
+    out = _Sizes({}, {}, {}, set(), Task("", None, 0, 0), 0, {})
     shapes: dict[Any, tuple[int, ...] | None] = {}
+    nbytes: dict[Any, int] = {}  # each output's bytes, views' too
     for key in ordered:
         task, deps = dsk[key], _inside(dsk, key)
-        shapes[key], size = _output(key, task, deps, layouts, out.sizes, shapes)
-        inputs = sum(out.sizes[d] for d in deps if d not in out.barriers)  # shards: held once, by the barrier
+        shapes[key], size = _output(key, task, deps, layouts, nbytes, shapes)
+        nbytes[key] = size
+        if (source := _viewed(task, shapes[key], lambda d: shapes[d] if d in shapes else _layout_shape(d, layouts))):
+            size, out.owner[key] = 0, out.owner.get(source, source)  # a view: its input's memory, held while it lives
+        # the memory it reads: its inputs, and the blocks its input views share (shards: held once, by the barrier)
+        inputs = sum(out.sizes[d] for d in set(_holds(deps, out.owner, dsk)) if d not in out.barriers)
+        if copied:
+            inputs += sum(_persisted_bytes(d, layouts) for d in getattr(task, "dependencies", ()) if d not in dsk)
         functions = _functions(task)
         if any(f.endswith("_transfer") for f in functions):
             size = 2 * inputs  # p2p: each shard in the comm buffer and in the disk buffer, until unpacked
@@ -294,13 +388,13 @@ def _sizes(dsk: dict[Any, Any], ordered: list[Any], layouts: dict[str, Layout]) 
             out.temporary[key] = inputs
         elif any(f in _CONCATENATING for f in functions):
             out.temporary[key] = inputs  # the inputs concatenated into one array before the function runs
-        elif temporaries := max((_TEMPORARIES.get(f, (0, 0)) for f in functions), default=(0, 0)):
-            out.temporary[key] = temporaries[0] * inputs + temporaries[1] * size
+        elif temporaries := _temporaries(task):
+            out.temporary[key] = int(temporaries[0] * inputs + temporaries[1] * size)
         footprint = out.footprints[key] = inputs + size + out.temporary.get(key, 0)
         if key not in out.barriers and footprint > out.biggest.footprint:
-            shape = shapes[max(deps, key=out.sizes.__getitem__)] if inputs > size else shapes[key]  # the bigger chunk
+            shape = shapes[max(deps, key=out.sizes.__getitem__)] if deps and inputs > size else shapes[key]  # the bigger chunk
             out.biggest = Task(key_split(key), shape, inputs, size, out.temporary.get(key, 0))
-        if not deps:
+        if not getattr(task, "dependencies", ()):  # a root; not one that reads data persisted before (not queued)
             out.roots = max(out.roots, size)
     return out
 
@@ -317,7 +411,24 @@ _CONCATENATING = frozenset({"_concatenate2", "concatenate_axes"})
 # _chunk_sum (matmul) adds its inputs pairwise, a new sum each time; arg_chunk (argmax, argmin): NumPy
 # copies the block to make the reduced axis the last; _load_block (openclaw_dask.io.read): the reader's array,
 # then NumPy's copy of it
-_TEMPORARIES = {"moment_chunk": (2, 0), "_chunk_sum": (0, 1), "arg_chunk": (1, 0), "_load_block": (0, 1)}
+_TEMPORARIES: dict[str, tuple[float, float]] = {"moment_chunk": (2, 0), "_chunk_sum": (0, 1), "arg_chunk": (1, 0), "_load_block": (0, 1)}
+
+
+_DECLARED = "__openclaw_temporaries__"
+
+
+def allocates(inputs: float = 0, output: float = 0) -> Callable[[_F], _F]:
+    """Declare the temporaries a chunk function makes, for the model to count (a decorator).
+
+    ``inputs``: arrays as big as the task's inputs it holds at once beside them, in multiples of their bytes;
+    ``output``: the same in multiples of its output's. E.g. ``(2 * x + np.sin(x) ** 2).sum()`` holds ``2 * x``
+    and ``np.sin(x)`` at once: ``@allocates(inputs=2)``. Without it only the task's inputs and output are counted.
+    """
+    def declare(fn: _F) -> _F:
+        setattr(fn, _DECLARED, (float(inputs), float(output)))
+        return fn
+
+    return declare
 
 
 @dataclass
@@ -328,6 +439,36 @@ class _Sizes:
     barriers: set[Any]
     biggest: Task
     roots: int
+    owner: dict[Any, Any]  # a view -> the block whose memory it shares
+
+
+def _holds(deps: list[Any], owner: dict[Any, Any], dsk: dict[Any, Any]) -> list[Any]:
+    """What a task with inputs ``deps`` keeps alive: them, and the blocks of the graph its input views share."""
+    return deps + [owner[d] for d in deps if d in owner and owner[d] in dsk]
+
+
+def _viewed(task: Any, shape: tuple[int, ...] | None, shape_of: Callable[[Any], tuple[int, ...] | None]) -> Any:
+    """The input whose memory ``task``'s output shares, if it is a view, else ``None``.
+
+    NumPy's transpose is a view; so is a slice by ``operator.getitem`` (map_overlap's edges), and one by
+    dask's chunk ``getitem`` (rechunk's splits, ``x[a:b]``) unless it is at most half its input, which dask copies.
+    """
+    import numpy as np
+    from dask.array import chunk
+
+    func, args = getattr(task, "func", None), tuple(getattr(task, "args", ()))
+    source = getattr(args[0], "key", None) if args else None
+    if source is None or (func is not np.transpose and shape is None):
+        return None
+    if func is np.transpose:
+        return source
+    index = getattr(args[1], "value", args[1]) if len(args) == 2 else None
+    if shape is None or not isinstance(index, tuple) or not all(isinstance(i, slice) for i in index):
+        return None  # not basic slicing: NumPy copies
+    whole = shape_of(source)
+    if func is operator.getitem or (func is chunk.getitem and whole is not None and math.prod(whole) < 2 * math.prod(shape)):
+        return source
+    return None
 
 
 def _inside(dsk: dict[Any, Any], key: Any) -> list[Any]:
@@ -342,32 +483,51 @@ def _toposorted(dsk: dict[Any, Any]) -> list[Any]:
     return sorted(dsk, key=priority.__getitem__)
 
 
-def _walk(dsk: dict[Any, Any], ordered: list[Any], sized: _Sizes, results: list[Any], slots: int) -> tuple[int, int]:
+def _walk(dsk: dict[Any, Any], ordered: list[Any], sized: _Sizes, results: list[Any], slots: int, *,
+          relayed: set[str] | None = None) -> tuple[int, int]:
     """Run ``dsk`` on ``slots`` threads in rounds, each starting the highest-priority ready tasks (dask's order):
-    the most bytes held at once (results kept to the end), and the most the tasks of one round held running."""
+    the most bytes held at once (results kept to the end), and the most the tasks of one round held running.
+
+    ``relayed`` (distributed), the graph's blockwise layers: a task whose inputs finish reaches the threads a round
+    later (the worker tells the scheduler, which then sends it), and a thread runs the next task it has meanwhile
+    (a root, a task of lower priority); unless dask fuses the two into one task: both blockwise, or a chain (the
+    input has one reader, which has one input).
+    """
     import heapq
 
     rank = {k: i for i, k in enumerate(ordered)}
     deps = {k: _inside(dsk, k) for k in dsk}
+    holds = {k: _holds(ds, sized.owner, dsk) for k, ds in deps.items()}  # a view's readers keep its block alive
     readers: dict[Any, list[Any]] = {k: [] for k in dsk}
+    unread = dict.fromkeys(dsk, 0)
     for key, ds in deps.items():
         for d in ds:
             readers[d].append(key)
-    unread, missing = {k: len(r) for k, r in readers.items()}, {k: len(ds) for k, ds in deps.items()}
+        for d in holds[key]:
+            unread[d] += 1
+    missing = {k: len(ds) for k, ds in deps.items()}
     ready = [rank[k] for k, ds in deps.items() if not ds]
     heapq.heapify(ready)
     kept, sizes = set(results), sized.sizes
+    kept |= {sized.owner[k] for k in results if k in sized.owner}  # a result that is a view keeps its block
     held = peak = busy = 0
 
     def read(key: Any) -> int:  # the bytes freed now that ``key``'s inputs have one reader fewer
         freed = 0
-        for d in deps[key]:
+        for d in holds[key]:
             unread[d] -= 1
             freed += sizes[d] if not unread[d] and d not in kept else 0
         return freed
 
-    while ready:
+    late: list[int] = []  # ready once the scheduler has heard their inputs finished and sent them: a round later
+    while ready or late:
+        if not ready:  # nothing else to run meanwhile: the threads wait for them
+            ready, late = late, []
+            heapq.heapify(ready)
         batch = [ordered[heapq.heappop(ready)] for _ in range(min(slots, len(ready)))]
+        for r in late:  # for the round after this one: a worker's threads run what they have while the scheduler relays
+            heapq.heappush(ready, r)
+        late = []
         held -= sum(read(k) for k in batch if k in sized.barriers)  # takes over its inputs' bytes
         held += sum(sizes[k] + sized.temporary.get(k, 0) for k in batch)
         peak, busy = max(peak, held), max(busy, sum(sized.footprints[k] for k in batch))
@@ -378,8 +538,16 @@ def _walk(dsk: dict[Any, Any], ordered: list[Any], sized: _Sizes, results: list[
             for r in readers[key]:
                 missing[r] -= 1
                 if not missing[r]:
-                    heapq.heappush(ready, rank[r])
+                    if relayed is not None and not _fused(key, r, readers, deps, relayed):
+                        late.append(rank[r])
+                    else:
+                        heapq.heappush(ready, rank[r])
     return peak, busy
+
+
+def _fused(key: Any, reader: Any, readers: dict[Any, list[Any]], deps: dict[Any, list[Any]], blockwise: set[str]) -> bool:
+    """Whether dask's optimisation fuses ``key`` and its ``reader`` into one task: both blockwise, or a chain."""
+    return len(readers[key]) == len(deps[reader]) == 1 or {_name_index(key)[0], _name_index(reader)[0]} <= blockwise
 
 
 def _sampled(collections: list[Any], layouts: dict[str, Layout]) -> tuple[dict[Any, int], Task, int]:
@@ -527,7 +695,7 @@ def _checked(session: SessionLike, collections: list[Any], *, spill: bool = True
         return None  # small beside this machine's memory: not worth a projection on the engine chosen for low overhead
     saturation = float(dask.config.get("distributed.scheduler.worker-saturation", 1.1)) if not local else math.inf
     threads = max(int(w.get("nthreads", 1)) for w in workers.values())
-    projection = project(collections, workers=len(workers), threads=threads, saturation=saturation)
+    projection = project(collections, workers=len(workers), threads=threads, saturation=saturation, relayed=not local)
     if projection is None:
         return None
     bound = None if local or not spill else configured_max_spill(session.backend.capabilities.owns_cluster)

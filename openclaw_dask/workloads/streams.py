@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from openclaw_dask import memory_model
 from openclaw_dask.errors import ConfigError
 from openclaw_dask.workloads import accuracy
 from openclaw_dask.workloads.prepared import Prepared
@@ -185,6 +186,7 @@ def io_bound(n: int) -> accuracy.Bound:
     return accuracy.sum_of(float(n) * (n - 1) + 2.0 * n, n, ops=2, ulps=2 * accuracy.LIBM_ULPS + 1)
 
 
+@memory_model.allocates(inputs=2)  # 2 * x and sin(x) (then cos(x)) beside the block: NumPy reuses the rest in place
 def _partial(block: np.ndarray) -> np.ndarray:
     return np.atleast_2d(_reduce_block(block))
 
