@@ -120,7 +120,7 @@ def project(collections: list[Any], *, workers: int = 1, threads: int = 1, satur
         if workers > 1 and (pulled := _pulled(dsk, ordered)):  # their bytes are not shared out: one worker holds them
             weighted = dataclasses.replace(sized, sizes=_shared(sized.sizes, pulled, workers),
                                            temporary=_shared(sized.temporary, pulled, workers))
-            share = _walk(dsk, ordered, weighted, results, slots, relayed=relay)[0]
+            share = _walk(dsk, ordered, weighted, results, slots, relayed=relay)[0] + _copies(dsk, pulled, layouts)
     else:
         sizes, biggest, roots = _sampled(collections, layouts)
         kept = sum(sizes.get(k, 0) for k in results)
@@ -188,6 +188,14 @@ def _pulled(dsk: dict[Any, Any], ordered: list[Any]) -> set[Any]:
         if key not in pulled and any(d in pulled for d in _inside(dsk, key)):
             pulled.add(key)
     return pulled
+
+
+def _copies(dsk: dict[Any, Any], pulled: set[Any], layouts: dict[str, Layout]) -> int:
+    """Bytes of the blocks persisted before that ``pulled`` tasks read, but the biggest (on their worker already):
+    at worst each was persisted on another worker, and is copied to theirs."""
+    blocks = {d for k in pulled for d in getattr(dsk[k], "dependencies", ()) if d not in dsk}
+    sizes = sorted(_persisted_bytes(d, layouts) for d in blocks)
+    return sum(sizes[:-1])
 
 
 def _slices(task: Any) -> bool:
@@ -288,6 +296,8 @@ def _callables(task: Any) -> list[Any]:
             todo.append(inner)
         elif not hasattr(f, "funcs"):
             out.append(f)
+    if out and getattr(out[0], "__name__", "") == "_pass_extra_kwargs" and getattr(task, "args", ()):
+        out.append(getattr(task.args[0], "value", None))  # map_blocks with block_info: the function is its first argument
     return out
 
 
@@ -389,7 +399,7 @@ def _sizes(dsk: dict[Any, Any], ordered: list[Any], layouts: dict[str, Layout], 
         elif any(f in _CONCATENATING for f in functions):
             out.temporary[key] = inputs  # the inputs concatenated into one array before the function runs
         elif temporaries := _temporaries(task):
-            out.temporary[key] = int(temporaries[0] * inputs + temporaries[1] * size)
+            out.temporary[key] = int(temporaries[0] * inputs + temporaries[1] * size) + _read_buffers(task)
         footprint = out.footprints[key] = inputs + size + out.temporary.get(key, 0)
         if key not in out.barriers and footprint > out.biggest.footprint:
             shape = shapes[max(deps, key=out.sizes.__getitem__)] if deps and inputs > size else shapes[key]  # the bigger chunk
@@ -397,6 +407,14 @@ def _sizes(dsk: dict[Any, Any], ordered: list[Any], layouts: dict[str, Layout], 
         if not getattr(task, "dependencies", ()):  # a root; not one that reads data persisted before (not queued)
             out.roots = max(out.roots, size)
     return out
+
+
+def _read_buffers(task: Any) -> int:
+    """What the reader's library holds beside the block an ``openclaw_dask.io.read`` task reads (Zarr's chunks)."""
+    from openclaw_dask.io import Source
+
+    values = (getattr(a, "value", a) for a in getattr(task, "args", ()))
+    return sum(v.buffers for v in values if isinstance(v, Source))
 
 
 def _loads_stored(task: Any) -> bool:
@@ -463,8 +481,9 @@ def _viewed(task: Any, shape: tuple[int, ...] | None, shape_of: Callable[[Any], 
     if func is np.transpose:
         return source
     index = getattr(args[1], "value", args[1]) if len(args) == 2 else None
-    if shape is None or not isinstance(index, tuple) or not all(isinstance(i, slice) for i in index):
-        return None  # not basic slicing: NumPy copies
+    if shape is None or not isinstance(index, tuple) or not all(
+            i is None or isinstance(i, (slice, int, np.integer)) and not isinstance(i, bool) for i in index):
+        return None  # not basic indexing (slices, integers, newaxis): NumPy copies
     whole = shape_of(source)
     if func is operator.getitem or (func is chunk.getitem and whole is not None and math.prod(whole) < 2 * math.prod(shape)):
         return source

@@ -52,6 +52,7 @@ class Source:
     latency: float = 0.0
     prefetch: int = 0  # blocks read ahead on I/O threads (0 = read in the task)
     missing_chunks: str = "error"  # io.missing_chunks
+    buffers: int = 0  # bytes the reader's library holds beside a block while reading it (Reader.read_buffers)
 
     @property
     def numblocks(self) -> tuple[int, ...]:
@@ -76,6 +77,12 @@ def _describe(format: str, path: str, options: dict[str, Any]) -> tuple[tuple[in
     reader = _reader(format, path)
     with reading(path, reader):
         return reader.describe(path, **options)
+
+
+def _buffers(format: str, path: str, chunks: Any, options: dict[str, Any]) -> int:
+    reader = _reader(format, path)
+    with reading(path, reader):
+        return reader.read_buffers(path, tuple(max(c, default=0) for c in chunks), **options)
 
 
 class _QuietReadErrors(logging.Filter):
@@ -147,7 +154,8 @@ def read(session: SessionLike, path: str | Path, *, format: str | None = None, c
     chunks = session.chunks(shape, dtype) if chunks is None else da.core.normalize_chunks(chunks, shape, dtype=dtype)
     on = session.config.parallel.async_io if async_io is None else async_io
     depth = max(2, _threads_per_process(session)) if on else 0
-    source = Source(fmt, path, opts, tuple(chunks), latency, depth, _missing_chunks(session))
+    source = Source(fmt, path, opts, tuple(chunks), latency, depth, _missing_chunks(session),
+                    _buffers(fmt, path, chunks, options))
     name = f"read-{fmt}-{tokenize(source, Path(path).stat().st_mtime_ns if Path(path).exists() else 0)}"
     return da.map_blocks(_load_block, source, chunks=chunks, dtype=dtype, meta=np.empty((0,) * len(shape), dtype), name=name)
 

@@ -106,6 +106,11 @@ class Reader:
     def require_chunks(self, path: str, array: Any, index: Any) -> None:
         """Raise :class:`ReadError` if a chunk under ``index`` is absent (formats whose chunks are separate objects)."""
 
+    def read_buffers(self, path: str, block: tuple[int, ...], **options: Any) -> int:
+        """Bytes the library holds beside the array :meth:`read` returns while it reads a block of shape ``block``
+        (decoded chunks in flight; the memory model counts them). 0: it reads straight into the array."""
+        return 0
+
 
 def _npy_header(path: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
     """Shape, Fortran order, dtype and data offset from a ``.npy`` header (format versions 1 and 2)."""
@@ -208,6 +213,16 @@ class ZarrReader(Reader):
             raise ReadError(path, "not a Zarr store (a store is a folder holding zarr.json or .zarray)",
                             "pass the store's folder, or format= the file's own format")
         return zarr.open_array(path, mode="r")
+
+    def read_buffers(self, path: str, block: tuple[int, ...], **options: Any) -> int:
+        """Zarr decodes up to ``async.concurrency`` of the block's chunks at once, each copied into the block."""
+        import zarr
+
+        array = self.open(path, **options)
+        grid = array.shards or array.chunks  # the objects in the store
+        touched = math.prod(min(-(-b // c) + 1, -(-n // c)) for b, c, n in zip(block, grid, array.shape))  # unaligned: +1
+        concurrency = int(zarr.config.get("async.concurrency") or 1)
+        return min(concurrency, touched) * math.prod(grid) * array.dtype.itemsize
 
     @contextlib.contextmanager
     def writing(self, path: str, shape: tuple[int, ...], dtype: Any, chunk_rows: int) -> Iterator[Any]:
