@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import openclaw_dask
+from openclaw_dask.cluster.local import InlinePool
 from openclaw_dask.cluster.paths import PARALLEL, SERIAL, PathChooser, signature
 from openclaw_dask.diagnostics.benchmark_render import row_cells
 from openclaw_dask.diagnostics.benchmark_report import Row
@@ -101,12 +102,22 @@ def test_the_trial_runs_in_the_calling_thread_with_the_same_result(threaded):
 def test_the_profiler_sees_the_tasks_of_a_run_on_the_calling_thread(threaded):
     s = threaded
     x = da.ones((4096,), chunks=256)
-    for _ in range(2):
-        s.compute((x + 2).sum())
-    with collect(s) as record:
-        assert s.compute((x + 2).sum()) == 3 * 4096
-    assert s.running.path.path == SERIAL  # the trial
+    with collect(s) as record:  # the calling thread as the engine's one-thread path runs it
+        assert dask.compute((x + 2).sum(), scheduler="threads", pool=InlinePool(s.running._pool))[0] == 3 * 4096
     assert len(record.tasks) >= 16 and {t.thread for t in record.tasks} == {threading.get_ident()}
+
+
+def test_no_trial_starts_while_a_profiler_records(threaded):
+    s = threaded
+    x = da.ones((4096,), chunks=512)
+    for _ in range(2):
+        s.compute((x * 3).sum())
+    with collect(s) as record:
+        s.compute((x * 3).sum())
+    assert s.running.path.path == PARALLEL and "profiled" in s.running.path.reason
+    assert threading.get_ident() not in {t.thread for t in record.tasks}
+    s.compute((x * 3).sum())
+    assert s.running.path.path == SERIAL  # the trial, once the profiler has gone
 
 
 def test_a_kernel_run_says_which_path_it_took(threaded):

@@ -14,7 +14,8 @@ graph shape (:func:`signature`: its layers' kinds, its outputs' chunks), by :cla
 3. From then on each compute takes the path whose fastest of its last three runs is faster.
    The chosen path keeps being measured: if it slows, the other path is taken again.
 
-The choice and its figures are :attr:`PathChooser.last` (``openclaw run`` prints it).
+While a profiler records the pool, no trial starts: a profile shows the path the engine has settled
+on, or the task threads. The choice and its figures are :attr:`PathChooser.last` (``openclaw run`` prints it).
 """
 
 from __future__ import annotations
@@ -61,11 +62,13 @@ class PathChooser:
         self._shapes: dict[Any, _Runs] = {}
         self.last: Choice | None = None  # the choice of the most recent compute
 
-    def path(self, shape: Any) -> str:
-        """The path the next compute of ``shape`` takes (also kept as :attr:`last`)."""
+    def path(self, shape: Any, *, trial: bool = True) -> str:
+        """The path the next compute of ``shape`` takes (also kept as :attr:`last`); ``trial=False``: no trial run now."""
         runs = self._shapes.setdefault(shape, _Runs())
         if shape is None or len(runs.parallel) < _WARM_RUNS and not runs.serial:
             return self._chose(PARALLEL, "measuring this graph on the task threads", runs)
+        if not runs.tried and not trial:
+            return self._chose(PARALLEL, "measuring this graph on the task threads (no trial while profiled)", runs)
         if not runs.tried:
             runs.tried = True
             if runs.busy > 2 * min(runs.parallel):

@@ -251,7 +251,7 @@ class ThreadedEngine(RunningCluster):
         if self.paths is None or kwargs:
             return super().compute(collections, **kwargs)
         shape = signature(collections)
-        path = self.paths.path(shape)
+        path = self.paths.path(shape, trial=self._pool.on_run is None)  # no trial while the profiler records
         self.path = self.paths.last
         pool = self._inline if path == SERIAL else self._pool
         busy, start = self._pool.busy_s(), time.perf_counter()

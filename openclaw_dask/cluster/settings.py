@@ -13,7 +13,21 @@ if TYPE_CHECKING:
     from openclaw_dask.cluster.base import Backend
     from openclaw_dask.config import Config
 
-__all__ = ["add_preload", "dask_settings"]
+__all__ = ["COMBINE_INPUT_S", "add_preload", "dask_settings", "fan_in"]
+
+# What one more input costs a reduction's combine task (dask's own handling of a dependency, the
+# concatenation): ~50 us, from sums over 256 chunks on the threads engine (docs/benchmarks.md).
+COMBINE_INPUT_S = 50e-6
+
+
+def fan_in(task_overhead_s: float) -> int:
+    """A reduction's fan-in (dask's ``split_every``) on an engine whose tasks cost ``task_overhead_s`` each.
+
+    dask's default is 4: a sum over 256 chunks runs 85 combine tasks in 4 levels. Each task costs the
+    engine its overhead, each input of a combine :data:`COMBINE_INPUT_S`: a combine reads as many
+    partials as cost one more task, between 4 (dask's) and 64.
+    """
+    return max(4, min(64, round(task_overhead_s / COMBINE_INPUT_S)))
 
 
 def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, Any]:
@@ -43,6 +57,7 @@ def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, A
     backend = backend or backend_for(config)
     if backend.array_backend is not None:  # the chunks the session makes, and dask's own da.ones, da.random...
         settings["array.backend"] = backend.array_backend
+    settings["split_every"] = fan_in(backend.engine(config).task_overhead_s)  # where a reduction is not given one
     own = backend.dask_settings(config)
     settings.update(own)
     if config.security.enabled:
