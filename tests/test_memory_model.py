@@ -104,6 +104,16 @@ def by_threads(small):
         yield {1: single, 2: small}
 
 
+def test_a_block_several_tasks_read_pulls_them_onto_its_worker(small):
+    x = small.persist(da.ones((2048, 256), chunks=(256, 256)))  # eight 0.5 MiB blocks, on the workers already
+    w = small.persist(da.ones((256, 256)))  # one 0.5 MiB block every product reads
+    half = MiB // 2
+    assert project([x @ w], workers=1, threads=1, saturation=1.0).per_worker == 8 * half + RESERVE  # the results
+    # two workers: x + 1 is shared out; x @ w runs where w is, which holds every result and copies of x's blocks
+    assert project([x + 1], workers=2, threads=1, saturation=1.0).per_worker == 4 * half + RESERVE
+    assert project([x @ w], workers=2, threads=1, saturation=1.0).per_worker == (8 + 8) * half + RESERVE
+
+
 def _held_tasks(dask_worker):
     return len(dask_worker.state.tasks)
 
