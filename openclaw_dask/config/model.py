@@ -89,8 +89,7 @@ class ParallelConfig:
     fusion_buffer_size: int | None = setting(v.size(64, 16 * v.GiB, none=True), None, """
         merge small pieces up to this size before each costs a task or a transfer: reductions' fan-in (split_every)
         fills it, many small files are read that much per task, and pieces moving between two workers (GPUs included)
-        travel that much per message (null: the engine's fan-in, 4 to 64 by its cost per task (docs/dataflow.md), a task
-        per file, 50 MB messages)""")
+        travel that much per message (null = dask's own: fan-in 4 or dask's split_every, a task per file, 50 MB messages)""")
     mpi_shared_memory: bool = setting(v.boolean, False, """
         mpi: one worker rank holds all of this host's task threads, so same-host tasks share memory instead of sockets""")
     hybrid: bool = setting(v.boolean, False, """

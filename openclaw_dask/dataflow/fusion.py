@@ -2,10 +2,10 @@
 
 Two places where Dask pays per piece:
 
-- a reduction's tasks: one partial per chunk however small the chunk, and a fan-in
-  (``split_every``: the session's, from its engine's cost per task, 4 to 64,
-  :func:`openclaw_dask.cluster.settings.fan_in`) whatever the partials weigh, so a sum over 2,000
-  small chunks on the threads engine builds 2,000 partials and three levels of combine tasks. :func:`reduce` merges the small chunks up to the buffer first, and
+- a reduction's tasks: one partial per chunk however small the chunk, and dask's default
+  fan-in (``split_every``, 4 unless dask's ``split_every`` setting says otherwise) whatever the
+  partials weigh, so a sum over 2,000 small chunks builds 2,000 partials and six levels of
+  combine tasks. :func:`reduce` merges the small chunks up to the buffer first, and
   :func:`split_every` picks the fan-in that fills it.
 - many small chunks, e.g. one per small file: :func:`merge_chunks` groups neighbours
   into blocks of at most the buffer, so each task (and each transfer) carries a buffer's
@@ -33,7 +33,7 @@ def split_every(partial_bytes: int, n_pieces: int, buffer: int | None) -> int | 
     """Fan-in of a reduction whose per-chunk partials weigh ``partial_bytes``: as many as fit ``buffer``.
 
     At least 2 (a tree must shrink), at most ``n_pieces`` (one combine); ``buffer`` None gives None,
-    which leaves the fan-in to dask's ``split_every`` setting (the session's engine's fan-in).
+    which leaves the fan-in to dask (its ``split_every`` setting, else 4).
     """
     if buffer is None:
         return None
