@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import dask
 import numpy as np
 import pytest
 
 from openclaw_dask import Session, load_config
 from openclaw_dask.cluster import running_of
-from openclaw_dask.cluster.settings import fan_in
 from openclaw_dask.dataflow import pipeline
 from openclaw_dask.dataflow.pipeline import MAX_GROUP, group_size
 from openclaw_dask.dataflow.small_tasks import MIN_GROUP, batch_small_tasks
@@ -161,28 +158,3 @@ def test_worker_processes_reuse_freed_blocks_unless_their_limit_is_small(limit, 
     with start({**ENGINES["process"], "parallel.workers": 1, "cluster.memory_limit": limit}) as s:
         faults = s.client.submit(page_faults_of_2mib_temporaries, pure=False).result()
     assert (faults < 5 * 512) if reused else (faults > 40 * 512)
-
-
-@pytest.mark.parametrize(("overhead_ms", "expected"), [(0.1, 4), (0.3, 6), (0.8, 16), (2.7, 54), (50.0, 64)])
-def test_the_fan_in_is_what_one_more_task_costs_over_one_more_input(overhead_ms, expected):
-    assert fan_in(overhead_ms / 1e3) == expected
-
-
-def test_a_session_reduces_with_its_engines_fan_in_unless_told_otherwise(s):
-    import dask.array as da
-
-    x = da.ones((256,), chunks=1)
-    expected = fan_in(s.engine.task_overhead_s)
-    assert dask.config.get("split_every") == expected
-    layers = x.sum().__dask_graph__().layers  # the tree: one partial layer per level beyond the first
-    assert sum(name.startswith("sum-partial") for name in layers) == math.ceil(math.log(256, expected)) - 1
-    assert s.compute(x.sum()) == 256
-    assert s.compute(x.sum(split_every=4)) == 256  # the call's own fan-in is kept
-    assert sum(name.startswith("sum-partial") for name in x.sum(split_every=4).__dask_graph__().layers) == 3
-
-
-def test_the_dask_section_sets_the_fan_in():
-    before = dask.config.get("split_every", None)  # another session of this module may be open
-    with start({"dask.split_every": 8}):
-        assert dask.config.get("split_every") == 8
-    assert dask.config.get("split_every", None) == before  # the session's setting leaves with it
