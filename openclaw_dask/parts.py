@@ -36,16 +36,16 @@ __all__ = ["Terminated", "build", "watch"]
 
 def build(stack: contextlib.ExitStack, config: Config, backend: Backend, metrics: RunMetrics) -> RunningCluster:
     """Take parts 1-4 on ``stack`` and return the running engine."""
-    import distributed  # noqa: F401  (its defaults must be in dask.config before keys under them are set)
-
     from openclaw_dask.cluster.process_state import PROCESS, Layer
     from openclaw_dask.cluster.scratch import scratch
-    from openclaw_dask.cluster.settings import dask_settings
+    from openclaw_dask.cluster.settings import dask_settings, for_engine
     from openclaw_dask.monitoring import require_prometheus_client
 
     handed = backend.cluster_keywords  # the cluster gets these as keywords: not this process's config
-    settings = {**stack.enter_context(scratch(config)),
-                **{k: v for k, v in dask_settings(config, backend).items() if k not in handed}}
+    settings = for_engine({**stack.enter_context(scratch(config)),
+                           **{k: v for k, v in dask_settings(config, backend).items() if k not in handed}}, config, backend)
+    if any(k.split(".")[0] == "distributed" for k in settings):  # a local engine: the dask: section's only
+        import distributed  # noqa: F401  (its defaults must be in dask.config before keys under them are set)
     layer = Layer(
         dask=settings, log_level=config.parallel.log_level,
         # tasks run in this process: one BLAS/OpenMP thread each, so task threads never oversubscribe the cores
@@ -61,7 +61,7 @@ def build(stack: contextlib.ExitStack, config: Config, backend: Backend, metrics
     running = stack.enter_context(backend.start(config))
     # a plain x.compute() in the session runs where Session.compute does
     PROCESS.update(owner, dataclasses.replace(layer, dask={**settings, **running.dask_config()}, heap_reuse=running.heap_reuse))
-    stack.enter_context(running.plugins(backend.worker_plugins(config)))
+    stack.enter_context(running.plugins(lambda: backend.worker_plugins(config)))
     workers = running.workers()
     if workers:
         metrics.target_workers = len(workers)

@@ -12,7 +12,7 @@ Life of a backend in a session::
     backend.check(config)              # its rules, each in one place (load_config runs them too)
     backend.plan(config)               # pure: what would start, for tests and --dry-run
     with backend.start(config) as running:    # a RunningCluster (cluster/running.py): computes, scales, closes
-        running.plugins(backend.worker_plugins(config))
+        running.plugins(lambda: backend.worker_plugins(config))
 """
 
 from __future__ import annotations
@@ -212,15 +212,14 @@ class Backend:
 
     def memory_workers(self, config: Config) -> int:
         """How many workers, each of ``cluster.memory_limit``, a session of ``config`` starts (pure)."""
-        from openclaw_dask.cluster.plugins import worker_processes
+        from openclaw_dask.cluster.worker_shape import worker_processes
 
         return worker_processes(config) if self.capabilities.worker_processes else 1
 
     def worker_plugins(self, config: Config) -> list[Any]:
         """The :class:`~distributed.diagnostics.plugin.WorkerPlugin` s every worker of a session gets."""
-        from openclaw_dask.cluster.heap import WorkerHeap
         from openclaw_dask.cluster.latency import PromptWorker
-        from openclaw_dask.cluster.plugins import LogLevel
+        from openclaw_dask.cluster.plugins import LogLevel, WorkerHeap
 
         return [LogLevel(config.parallel.log_level), PromptWorker(), WorkerHeap()]
 

@@ -153,8 +153,8 @@ class DistributedCluster(RunningCluster):
     def record(self, recorder: Recorder) -> contextlib.AbstractContextManager[Any]:
         return recorder.distributed(self._client)
 
-    def plugins(self, plugins: list[Any]) -> contextlib.AbstractContextManager[Any]:
-        return _plugins(self, plugins)
+    def plugins(self, make: Callable[[], list[Any]]) -> contextlib.AbstractContextManager[Any]:
+        return _plugins(self, make())
 
     def recovery_watch(self, metrics: Any) -> Any:
         from openclaw_dask.cluster.recovery import RecoveryWatch

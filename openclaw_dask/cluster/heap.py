@@ -16,7 +16,7 @@ share the main arena; and the mmap threshold stays at 32 MiB instead of sliding 
 
 Not on the distributed engine: a distributed worker watches its process's memory to decide
 when to spill, and memory kept for reuse would look like a leak to it. A worker process gets a
-bounded version instead (:class:`WorkerHeap`). distributed starts it with
+bounded version instead (:class:`~openclaw_dask.cluster.plugins.WorkerHeap`). distributed starts it with
 ``MALLOC_TRIM_THRESHOLD_=65536``, which also pins glibc's mmap threshold at 128 KiB: every
 array above that is fresh pages from ``mmap``, faulted in on first touch and unmapped when
 freed. The pipeline kernel's stages (2 MiB batches) ran 3x (``load``) and 8x (``preprocess``)
@@ -34,14 +34,8 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
-from distributed.diagnostics.plugin import WorkerPlugin
-
-if TYPE_CHECKING:
-    from distributed import Worker
-
-__all__ = ["WORKER_HEAP", "WORKER_HEAP_MIN_LIMIT", "WorkerHeap", "heap_reuse"]
+__all__ = ["DISTRIBUTED_TRIM", "M_TRIM_THRESHOLD", "WORKER_HEAP", "WORKER_HEAP_MIN_LIMIT", "glibc", "heap_reuse"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -55,10 +49,10 @@ _DEFAULTS = ((M_MMAP_MAX, 65536), (M_TRIM_THRESHOLD, 128 * 1024), (M_MMAP_THRESH
 # A worker process: blocks under 32 MiB from the heap, at most 4 MiB free kept at its top (bounded, for the memory monitor)
 WORKER_HEAP = ((M_MMAP_THRESHOLD, 32 * 2**20), (M_TRIM_THRESHOLD, 4 * 2**20))
 WORKER_HEAP_MIN_LIMIT = 2**30
-_DISTRIBUTED_TRIM = "65536"  # the MALLOC_TRIM_THRESHOLD_ distributed's nannies set; any other value is the user's
+DISTRIBUTED_TRIM = "65536"  # the MALLOC_TRIM_THRESHOLD_ distributed's nannies set; any other value is the user's
 
 
-def _glibc() -> ctypes.CDLL | None:
+def glibc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -73,7 +67,7 @@ def _glibc() -> ctypes.CDLL | None:
 def heap_reuse() -> Iterator[None]:
     """Keep freed blocks in the heap while the block runs; give them back on exit (glibc only)."""
     # not without glibc, or over the user's own MALLOC_* tuning
-    libc = None if any(k.startswith("MALLOC_") for k in os.environ) else _glibc()
+    libc = None if any(k.startswith("MALLOC_") for k in os.environ) else glibc()
     if libc is not None:
         for param, value in _REUSE:
             libc.mallopt(param, value)
@@ -84,37 +78,4 @@ def heap_reuse() -> Iterator[None]:
         if libc is not None:
             for param, value in _DEFAULTS:
                 libc.mallopt(param, value)
-            libc.malloc_trim(0)
-
-
-class WorkerHeap(WorkerPlugin):
-    """Worker plugin: :data:`WORKER_HEAP` in each worker process; distributed's trim threshold back at teardown.
-
-    Not in the session's own process (the thread backend's in-process worker: :func:`heap_reuse`
-    decides there), not over the user's own ``MALLOC_*`` tuning, and not under a memory limit
-    below :data:`WORKER_HEAP_MIN_LIMIT`: blocks freed in the middle of a heap stay mapped, and a
-    150 MiB worker reading Zarr chunks paused at its limit holding 80 bytes of data.
-    """
-
-    name = "openclaw-worker-heap"
-
-    def __init__(self) -> None:
-        self.client_pid = os.getpid()
-        self.applied = False
-
-    def setup(self, worker: Worker) -> None:
-        own = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
-        limit = getattr(getattr(worker, "memory_manager", None), "memory_limit", None)
-        wanted = (os.getpid() != self.client_pid and own in ({}, {"MALLOC_TRIM_THRESHOLD_": _DISTRIBUTED_TRIM})
-                  and (limit is None or limit >= WORKER_HEAP_MIN_LIMIT))
-        libc = _glibc() if wanted else None
-        if libc is not None:
-            for param, value in WORKER_HEAP:
-                libc.mallopt(param, value)
-            self.applied = True
-
-    def teardown(self, worker: Worker) -> None:
-        libc = _glibc() if self.applied else None
-        if libc is not None:
-            libc.mallopt(M_TRIM_THRESHOLD, int(_DISTRIBUTED_TRIM))
             libc.malloc_trim(0)

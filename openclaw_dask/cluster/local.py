@@ -42,11 +42,11 @@ from openclaw_dask.cluster.network import (
     protocol,
     require_http_port,
 )
-from openclaw_dask.cluster.plugins import BlasThreads, blas_threads, task_threads, worker_processes
 from openclaw_dask.cluster.running import RunningCluster, ThreadedEngine
 from openclaw_dask.cluster.security import security_for, tls_plan
 from openclaw_dask.cluster.settings import dask_settings
 from openclaw_dask.cluster.starting import first_cause, interruptible
+from openclaw_dask.cluster.worker_shape import blas_threads, task_threads, worker_processes
 from openclaw_dask.errors import ClusterStartError, ConfigError
 
 if TYPE_CHECKING:
@@ -363,6 +363,8 @@ class ProcessBackend(LocalBackend):
         return super().start(config)
 
     def worker_plugins(self, config: Config) -> list[Any]:
+        from openclaw_dask.cluster.plugins import BlasThreads
+
         return [*super().worker_plugins(config), BlasThreads(blas_threads(config))]
 
     def dask_settings(self, config: Config) -> dict[str, Any]:

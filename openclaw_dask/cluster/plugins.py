@@ -3,23 +3,30 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from openclaw_dask.cluster.heap import DISTRIBUTED_TRIM, M_TRIM_THRESHOLD, WORKER_HEAP, WORKER_HEAP_MIN_LIMIT, glibc
+
+# what the session's engines and settings read without importing distributed (a thread session never does)
+from openclaw_dask.cluster.worker_shape import (
+    BLAS_VARIABLES,
+    LOGGERS,
+    TRANSFER_KEYS,
+    blas_env,
+    blas_threads,
+    task_threads,
+    worker_processes,
+)
+
 if TYPE_CHECKING:
     from distributed import Worker
 
-    from openclaw_dask.config import Config
-
-__all__ = ["BLAS_VARIABLES", "LOGGERS", "TRANSFER_KEYS", "BlasThreads", "CupyPool", "LogLevel", "TransferBuffer", "blas_env",
+__all__ = ["BLAS_VARIABLES", "LOGGERS", "TRANSFER_KEYS", "BlasThreads", "CupyPool", "LogLevel", "TransferBuffer", "WorkerHeap", "blas_env",
            "blas_threads", "task_threads", "worker_processes"]
 
-LOGGERS = ("openclaw_dask", "distributed")
-BLAS_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-# The most bytes one message between two workers carries: the pieces a task needs from one
-# peer (gather), and a p2p rechunk's shards. fusion_buffer_size sets both.
-TRANSFER_KEYS = ("distributed.worker.transfer.message-bytes-limit", "distributed.p2p.comm.message-bytes-limit")
 
 
 class LogLevel(WorkerPlugin):
@@ -112,29 +119,35 @@ class BlasThreads(WorkerPlugin):
             self._limits.restore_original_limits()
 
 
-# The shape of one worker process, the same for process, mpi and ``openclaw worker``.
+class WorkerHeap(WorkerPlugin):
+    """:data:`~openclaw_dask.cluster.heap.WORKER_HEAP` in each worker process; distributed's trim threshold back
+    at teardown (why: :mod:`openclaw_dask.cluster.heap`).
 
+    Not in the session's own process (the thread backend's in-process worker: :func:`~openclaw_dask.cluster.heap.heap_reuse`
+    decides there), not over the user's own ``MALLOC_*`` tuning, and not under a memory limit
+    below :data:`WORKER_HEAP_MIN_LIMIT`: blocks freed in the middle of a heap stay mapped, and a
+    150 MiB worker reading Zarr chunks paused at its limit holding 80 bytes of data.
+    """
 
-def blas_threads(config: Config) -> int:
-    """BLAS/OpenMP threads per worker process: ``omp_threads`` with ``hybrid``, else 1."""
-    p = config.parallel
-    return p.omp_threads if p.hybrid else 1
+    name = "openclaw-worker-heap"
 
+    def __init__(self) -> None:
+        self.client_pid = os.getpid()
+        self.applied = False
 
-def blas_env(config: Config) -> dict[str, str]:
-    """The environment that starts a worker process with :func:`blas_threads` BLAS/OpenMP threads."""
-    return dict.fromkeys(BLAS_VARIABLES, str(blas_threads(config)))
+    def setup(self, worker: Worker) -> None:
+        own = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
+        limit = getattr(getattr(worker, "memory_manager", None), "memory_limit", None)
+        wanted = (os.getpid() != self.client_pid and own in ({}, {"MALLOC_TRIM_THRESHOLD_": DISTRIBUTED_TRIM})
+                  and (limit is None or limit >= WORKER_HEAP_MIN_LIMIT))
+        libc = glibc() if wanted else None
+        if libc is not None:
+            for param, value in WORKER_HEAP:
+                libc.mallopt(param, value)
+            self.applied = True
 
-
-def task_threads(config: Config) -> int:
-    """Task threads per worker process: one with ``hybrid``, else ``omp_threads``."""
-    p = config.parallel
-    return 1 if p.hybrid else p.omp_threads
-
-
-def worker_processes(config: Config) -> int:
-    """``parallel.workers`` processes; ``auto`` = as many as the cores hold at ``omp_threads`` each."""
-    from dask.system import CPU_COUNT
-
-    p = config.parallel
-    return max(1, CPU_COUNT // p.omp_threads) if p.workers == "auto" else p.workers
+    def teardown(self, worker: Worker) -> None:
+        libc = glibc() if self.applied else None
+        if libc is not None:
+            libc.mallopt(M_TRIM_THRESHOLD, int(DISTRIBUTED_TRIM))
+            libc.malloc_trim(0)

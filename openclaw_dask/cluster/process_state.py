@@ -174,7 +174,7 @@ class ProcessState:
             self._found = {}
 
     def _apply_levels(self, top: Layer | None) -> None:
-        from openclaw_dask.cluster.plugins import LOGGERS
+        from openclaw_dask.cluster.worker_shape import LOGGERS
 
         if top is not None and not self._levels_before:
             self._levels_before = {name: logging.getLogger(name).level for name in LOGGERS}

@@ -183,8 +183,8 @@ class RunningCluster(abc.ABC):
         """Ends a wait on workers paused for good (:mod:`~openclaw_dask.cluster.stall`); nothing on a local engine."""
         return contextlib.nullcontext()
 
-    def plugins(self, plugins: list[Any]) -> contextlib.AbstractContextManager[Any]:
-        """Worker plugins, registered for the block (nothing to register without workers)."""
+    def plugins(self, make: Callable[[], list[Any]]) -> contextlib.AbstractContextManager[Any]:
+        """The worker plugins ``make()`` gives, registered for the block (a local engine has no workers: not made)."""
         return contextlib.nullcontext()
 
     def recovery_watch(self, metrics: Any) -> Any:
@@ -214,7 +214,9 @@ class SyncEngine(RunningCluster):
     """Serial: dask's synchronous scheduler, every task in the calling thread."""
 
     def dask_config(self) -> dict[str, Any]:
-        return {"scheduler": "sync"}
+        from dask.local import get_sync
+
+        return {"scheduler": get_sync}  # the function, not "sync": dask imports distributed to look up a name
 
     def submit(self, key: str, fn: Callable[..., Any], *args: Any, after: Any = None,
                pin: Mapping[str, Any] | None = None) -> Any:
@@ -241,7 +243,9 @@ class ThreadedEngine(RunningCluster):
         self.paths = PathChooser(threads) if inline is not None and threads > 1 else None
 
     def dask_config(self) -> dict[str, Any]:
-        return {"scheduler": "threads", "pool": self._pool}
+        from dask.threaded import get
+
+        return {"scheduler": get, "pool": self._pool}  # the function, not "threads": dask imports distributed to look up a name
 
     def compute(self, collections: list[Any], **kwargs: Any) -> tuple[Any, ...]:
         """The results of ``collections``, on the task threads or the calling thread, whichever this graph's shape
@@ -255,7 +259,7 @@ class ThreadedEngine(RunningCluster):
         self.path = self.paths.last
         pool = self._inline if path == SERIAL else self._pool
         busy, start = self._pool.busy_s(), time.perf_counter()
-        results = dask.compute(*collections, scheduler="threads", pool=pool)
+        results = dask.compute(*collections, **{**self.dask_config(), "pool": pool})
         self.paths.ran(shape, path, time.perf_counter() - start, self._pool.busy_s() - busy)
         return results
 

@@ -56,7 +56,7 @@ _OPEN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # never a link, never wait
 
 def max_spill(config: Config, folder: str | os.PathLike[str]) -> int | bool:
     """Bytes one worker may spill (``distributed.worker.memory.max-spill``), or ``False`` for no bound."""
-    from openclaw_dask.cluster.plugins import worker_processes
+    from openclaw_dask.cluster.worker_shape import worker_processes
 
     bound = config.cluster.max_spill
     if bound is False:

@@ -13,21 +13,7 @@ if TYPE_CHECKING:
     from openclaw_dask.cluster.base import Backend
     from openclaw_dask.config import Config
 
-__all__ = ["COMBINE_INPUT_S", "add_preload", "dask_settings", "fan_in"]
-
-# What one more input costs a reduction's combine task (dask's own handling of a dependency, the
-# concatenation): ~50 us, from sums over 256 chunks on the threads engine (docs/benchmarks.md).
-COMBINE_INPUT_S = 50e-6
-
-
-def fan_in(task_overhead_s: float) -> int:
-    """A reduction's fan-in (dask's ``split_every``) on an engine whose tasks cost ``task_overhead_s`` each.
-
-    dask's default is 4: a sum over 256 chunks runs 85 combine tasks in 4 levels. Each task costs the
-    engine its overhead, each input of a combine :data:`COMBINE_INPUT_S`: a combine reads as many
-    partials as cost one more task, between 4 (dask's) and 64.
-    """
-    return max(4, min(64, round(task_overhead_s / COMBINE_INPUT_S)))
+__all__ = ["add_preload", "dask_settings", "for_engine"]
 
 
 def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, Any]:
@@ -39,8 +25,8 @@ def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, A
         Whose own settings (:meth:`Backend.dask_settings`) to add; default: the one the
         session of ``config`` runs on (serial when ``parallel.enabled`` is false).
     """
-    from openclaw_dask.cluster.plugins import TRANSFER_KEYS, blas_env
     from openclaw_dask.cluster.registry import backend_for
+    from openclaw_dask.cluster.worker_shape import TRANSFER_KEYS, blas_env
 
     p = config.parallel
     settings: dict[str, Any] = {
@@ -57,7 +43,6 @@ def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, A
     backend = backend or backend_for(config)
     if backend.array_backend is not None:  # the chunks the session makes, and dask's own da.ones, da.random...
         settings["array.backend"] = backend.array_backend
-    settings["split_every"] = fan_in(backend.engine(config).task_overhead_s)  # where a reduction is not given one
     own = backend.dask_settings(config)
     settings.update(own)
     if config.security.enabled:
@@ -77,6 +62,15 @@ def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, A
     if p.socket_buffer_size is not None:
         _socket_buffers(settings, p.socket_buffer_size)
     return settings
+
+
+def for_engine(settings: dict[str, Any], config: Config, backend: Backend) -> dict[str, Any]:
+    """``settings`` for a session on ``backend``: on dask's local schedulers without distributed's keys (but the
+    ``dask:`` section's), which apply to no part of it, so that a thread or serial session never imports distributed
+    (~0.1 s of its start)."""
+    if backend.engine(config).distributed:
+        return settings
+    return {k: v for k, v in settings.items() if k.split(".")[0] != "distributed" or k in config.dask}
 
 
 def _socket_buffers(settings: dict[str, Any], size: int) -> None:
