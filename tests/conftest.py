@@ -49,7 +49,7 @@ def _process_state():
     from distributed.comm.registry import backends
     from threadpoolctl import threadpool_info
 
-    from openclaw_dask.cluster.plugins import LOGGERS
+    from openclaw_dask.cluster.worker_shape import LOGGERS
 
     return {
         "dask.config": copy.deepcopy(dask.config.config),

@@ -277,8 +277,8 @@ def test_many_small_files_are_read_a_buffer_per_task(tmp_path):
 
 
 def test_the_buffer_sets_how_much_one_message_between_workers_carries():
-    from openclaw_dask.cluster.plugins import TRANSFER_KEYS
     from openclaw_dask.cluster.settings import dask_settings
+    from openclaw_dask.cluster.worker_shape import TRANSFER_KEYS
 
     assert not set(TRANSFER_KEYS) & set(dask_settings(load_config(None, {})))  # null: dask's own (50 MB, 2 MiB)
     assert all(dask_settings(load_config(None, {"parallel.fusion_buffer_size": "4MiB"}))[k] == 4 * 2**20 for k in TRANSFER_KEYS)

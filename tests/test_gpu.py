@@ -305,8 +305,8 @@ def test_openclaw_worker_with_the_cuda_backend_starts_dask_cuda_worker(fake_gpus
 
 def test_fusion_buffer_sizes_the_messages_between_gpu_workers(fake_gpus):
     from openclaw_dask.cluster.deploy import worker_command
-    from openclaw_dask.cluster.plugins import TRANSFER_KEYS
     from openclaw_dask.cluster.settings import dask_settings
+    from openclaw_dask.cluster.worker_shape import TRANSFER_KEYS
 
     cfg = load_config(None, {"parallel.backend": "cuda", "parallel.fusion_buffer_size": "8MiB"})
     assert all(dask_settings(cfg)[k] == 8 * 2**20 for k in TRANSFER_KEYS)  # a LocalCUDACluster's nannies hand this on

@@ -181,7 +181,7 @@ def _process_state():
     from distributed.comm.registry import backends
     from threadpoolctl import threadpool_info
 
-    from openclaw_dask.cluster.plugins import LOGGERS
+    from openclaw_dask.cluster.worker_shape import LOGGERS
 
     return (copy.deepcopy(dask.config.config), {n: logging.getLogger(n).level for n in LOGGERS},
             {k: signal.getsignal(k) for k in (signal.SIGINT, signal.SIGTERM)},

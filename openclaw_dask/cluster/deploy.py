@@ -22,9 +22,9 @@ from openclaw_dask.cluster import cupy_pool_preload
 from openclaw_dask.cluster.base import Backend
 from openclaw_dask.cluster.local import ProcessBackend
 from openclaw_dask.cluster.network import bind_host, dashboard_address, http_address, http_host, protocol
-from openclaw_dask.cluster.plugins import task_threads, worker_processes
 from openclaw_dask.cluster.scratch import max_spill, named_folder
 from openclaw_dask.cluster.settings import add_preload, dask_settings
+from openclaw_dask.cluster.worker_shape import task_threads, worker_processes
 from openclaw_dask.errors import ConfigError
 
 if TYPE_CHECKING:

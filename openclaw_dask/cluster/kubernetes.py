@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 from openclaw_dask.cluster.base import Backend, Capabilities
 from openclaw_dask.cluster.client import DistributedCluster
 from openclaw_dask.cluster.k8s_template import make_cluster_spec
-from openclaw_dask.cluster.plugins import blas_env, task_threads
 from openclaw_dask.cluster.running import RunningCluster
+from openclaw_dask.cluster.worker_shape import blas_env, task_threads
 from openclaw_dask.config import changed_from_defaults
 from openclaw_dask.errors import ClusterStartError, ConfigError
 

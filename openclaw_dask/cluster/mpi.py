@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Any
 from openclaw_dask.cluster.base import Backend, Capabilities
 from openclaw_dask.cluster.client import DistributedCluster
 from openclaw_dask.cluster.network import bind_host, dashboard_on, http_address, interface_of, protocol
-from openclaw_dask.cluster.plugins import BlasThreads, blas_env, blas_threads, task_threads, worker_processes
+from openclaw_dask.cluster.plugins import BlasThreads
 from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.cluster.scratch import max_spill, named_folder
 from openclaw_dask.cluster.settings import dask_settings
+from openclaw_dask.cluster.worker_shape import blas_env, blas_threads, task_threads, worker_processes
 from openclaw_dask.errors import ClusterStartError, ConfigError
 
 if TYPE_CHECKING:

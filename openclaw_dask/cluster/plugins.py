@@ -9,24 +9,12 @@ from typing import TYPE_CHECKING, Any
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from openclaw_dask.cluster.heap import DISTRIBUTED_TRIM, M_TRIM_THRESHOLD, WORKER_HEAP, WORKER_HEAP_MIN_LIMIT, glibc
-
-# what the session's engines and settings read without importing distributed (a thread session never does)
-from openclaw_dask.cluster.worker_shape import (
-    BLAS_VARIABLES,
-    LOGGERS,
-    TRANSFER_KEYS,
-    blas_env,
-    blas_threads,
-    task_threads,
-    worker_processes,
-)
+from openclaw_dask.cluster.worker_shape import LOGGERS, TRANSFER_KEYS
 
 if TYPE_CHECKING:
     from distributed import Worker
 
-__all__ = ["BLAS_VARIABLES", "LOGGERS", "TRANSFER_KEYS", "BlasThreads", "CupyPool", "LogLevel", "TransferBuffer", "WorkerHeap", "blas_env",
-           "blas_threads", "task_threads", "worker_processes"]
-
+__all__ = ["BlasThreads", "CupyPool", "LogLevel", "TransferBuffer", "WorkerHeap"]
 
 
 class LogLevel(WorkerPlugin):

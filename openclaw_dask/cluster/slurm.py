@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, Any
 from openclaw_dask.cluster.base import Backend, Capabilities
 from openclaw_dask.cluster.client import DistributedCluster
 from openclaw_dask.cluster.network import protocol
-from openclaw_dask.cluster.plugins import blas_env, task_threads
 from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.cluster.security import security_for, tls_plan
 from openclaw_dask.cluster.slurm_tasks import allocation_step, check_in_allocation, join, scheduler_options
+from openclaw_dask.cluster.worker_shape import blas_env, task_threads
 from openclaw_dask.config import changed_from_defaults
 from openclaw_dask.errors import ClusterStartError, ConfigError, ResizeError, first_line
 

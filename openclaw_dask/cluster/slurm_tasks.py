@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.client import DistributedCluster
 from openclaw_dask.cluster.network import bind_host, dashboard_address, http_host, protocol
-from openclaw_dask.cluster.plugins import blas_env, task_threads
+from openclaw_dask.cluster.worker_shape import blas_env, task_threads
 from openclaw_dask.errors import ClusterStartError, ConfigError, ResizeError, first_line
 
 if TYPE_CHECKING:

@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING, Any
 from openclaw_dask.cluster.base import Backend, Capabilities
 from openclaw_dask.cluster.client import DistributedCluster
 from openclaw_dask.cluster.network import http_host, protocol
-from openclaw_dask.cluster.plugins import BlasThreads, blas_threads, task_threads
+from openclaw_dask.cluster.plugins import BlasThreads
 from openclaw_dask.cluster.security import security_for, tls_plan
 from openclaw_dask.cluster.starting import first_cause, interruptible
+from openclaw_dask.cluster.worker_shape import blas_threads, task_threads
 from openclaw_dask.config import changed_from_defaults
 from openclaw_dask.config.checks import check_bind
 from openclaw_dask.errors import ClusterStartError, ConfigError, shorten

@@ -15,7 +15,7 @@ Both are pure, so what they decide can be checked without running anything;
 :func:`reduce` and :func:`merged` apply them to a dask array.
 
 The third place, transfers between workers (GPUs included), needs no call: the key sets how
-many bytes of pieces one message carries (:data:`~openclaw_dask.cluster.plugins.TRANSFER_KEYS`).
+many bytes of pieces one message carries (:data:`~openclaw_dask.cluster.worker_shape.TRANSFER_KEYS`).
 """
 
 from __future__ import annotations

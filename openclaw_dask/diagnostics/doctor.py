@@ -71,7 +71,7 @@ def _backend(config: Any) -> Any:
 
 
 def check_cores(config: Any) -> list[Check]:
-    from openclaw_dask.cluster.plugins import blas_threads, task_threads, worker_processes
+    from openclaw_dask.cluster.worker_shape import blas_threads, task_threads, worker_processes
 
     physical, logical = psutil.cpu_count(logical=False) or 1, psutil.cpu_count() or 1
     p = config.parallel
@@ -89,8 +89,8 @@ def check_cores(config: Any) -> list[Check]:
 
 
 def check_memory(config: Any) -> list[Check]:
-    from openclaw_dask.cluster.plugins import worker_processes
     from openclaw_dask.cluster.scratch import named_folder
+    from openclaw_dask.cluster.worker_shape import worker_processes
 
     vm = psutil.virtual_memory()
     procs = worker_processes(config) if _backend(config).capabilities.worker_processes else 1

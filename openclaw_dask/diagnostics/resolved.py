@@ -70,7 +70,7 @@ def _count(config: Config, backend: Backend) -> int | None:
 
 
 def _workers(config: Config, backend: Backend, n: int) -> str:
-    from openclaw_dask.cluster.plugins import task_threads
+    from openclaw_dask.cluster.worker_shape import task_threads
 
     if backend.capabilities.in_process:
         return f"{CPU_COUNT}: task threads in this process, one per core"
@@ -81,7 +81,7 @@ def _workers(config: Config, backend: Backend, n: int) -> str:
 
 
 def _slots(config: Config, backend: Backend, n: int) -> int:
-    from openclaw_dask.cluster.plugins import task_threads
+    from openclaw_dask.cluster.worker_shape import task_threads
 
     if backend.capabilities.in_process:
         return CPU_COUNT if config.parallel.workers == "auto" else int(config.parallel.workers)
