@@ -24,12 +24,14 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PARALLEL", "SERIAL", "Choice", "PathChooser", "signature"]
+__all__ = ["PARALLEL", "SERIAL", "Choice", "PathChooser", "path_line", "signature"]
 
 PARALLEL, SERIAL = "threads", "one thread"
 _WARM_RUNS = 2  # parallel runs of a shape before it is tried on one thread (the first pays page faults)
 _KEPT = 3  # runs kept per path: the fastest of them stands for the path (noise only adds time)
 MAX_SIGNED_LAYERS = 10_000  # a bigger graph always takes the task threads: its shape would cost too much to key
+_MEASURING = "measuring this graph on the task threads"
+_TOO_DEAR = "one thread would cost more than one more run to try"
 
 
 @dataclass
@@ -64,18 +66,18 @@ class PathChooser:
 
     def path(self, shape: Any, *, trial: bool = True) -> str:
         """The path the next compute of ``shape`` takes (also kept as :attr:`last`); ``trial=False``: no trial run now."""
-        runs = self._shapes.setdefault(shape, _Runs())
+        runs = self._shapes.setdefault(shape, _Runs()) if shape is not None else _Runs()
         if shape is None or len(runs.parallel) < _WARM_RUNS and not runs.serial:
-            return self._chose(PARALLEL, "measuring this graph on the task threads", runs)
+            return self._chose(PARALLEL, _MEASURING, runs)
         if not runs.tried and not trial:
-            return self._chose(PARALLEL, "measuring this graph on the task threads (no trial while profiled)", runs)
+            return self._chose(PARALLEL, f"{_MEASURING} (no trial while profiled)", runs)
         if not runs.tried:
             runs.tried = True
             if runs.busy > 2 * min(runs.parallel):
-                return self._chose(PARALLEL, "one thread would cost more than one more run to try", runs)
+                return self._chose(PARALLEL, _TOO_DEAR, runs)
             return self._chose(SERIAL, "trying this graph on one thread", runs)
         if not runs.serial:
-            return self._chose(PARALLEL, "one thread would cost more than one more run to try", runs)
+            return self._chose(PARALLEL, _TOO_DEAR, runs)
         faster = SERIAL if min(runs.serial) < min(runs.parallel) else PARALLEL
         return self._chose(faster, f"measured faster ({_ms(min(runs.serial))} on one thread, "
                                    f"{_ms(min(runs.parallel))} on {self.threads})", runs)
@@ -94,6 +96,11 @@ class PathChooser:
     def _chose(self, path: str, reason: str, runs: _Runs) -> str:
         self.last = Choice(path, reason, min(runs.parallel, default=None), min(runs.serial, default=None))
         return path
+
+
+def path_line(choice: Choice | None) -> str | None:
+    """``choice``'s line for a run summary once both paths were measured (else ``None``: nothing chosen yet)."""
+    return None if choice is None or choice.serial_s is None else choice.text()
 
 
 def signature(collections: list[Any]) -> Any:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from openclaw_dask.cluster import running_of
+from openclaw_dask.cluster.paths import path_line
 from openclaw_dask.config.model import plain as _plain
 from openclaw_dask.diagnostics.benchmark_configs import Configuration, unique_labels
 from openclaw_dask.diagnostics.benchmark_render import BenchmarkReport
@@ -133,7 +134,7 @@ def _run_kernel(session: SessionLike, name: str, size: int, repeat: int) -> dict
         prepared.execute(session)
         stolen = _cpu_steal_s()
         _, times = prepared.timed(session, repeat)  # not profiled: the profiler's hooks cost every task a little
-        path = running_of(session).path  # the last timed run's, before the profiled run
+        path = path_line(running_of(session).path)  # the last timed run's, before the profiled run
         after = _cpu_steal_s()
         stolen = None if stolen is None or after is None else after - stolen
         with collect(session) as record:  # one more run, profiled: tasks, latencies, verdicts
@@ -157,7 +158,7 @@ def _run_kernel(session: SessionLike, name: str, size: int, repeat: int) -> dict
         "numpy_1thread_s": numpy_s,
         "speedup_vs_numpy_1thread": numpy_s / measured["median_s"],
         "cpu_steal_share": None if stolen is None else stolen / sum(times),
-        "path": None if path is None or path.serial_s is None else path.text(),
+        "path": path,
         "flags": tuple(sorted(report.kinds())),
         "verdicts": tuple(f"{v.kind}: {v.summary}; fix: {v.fix}" for v in report.verdicts),
     }

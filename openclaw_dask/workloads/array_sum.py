@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from openclaw_dask import memory_model
 from openclaw_dask.cluster import running_of
+from openclaw_dask.cluster.paths import path_line
 from openclaw_dask.cluster.stall import stall_watch
 from openclaw_dask.progress import track_persist
 from openclaw_dask.workloads import accuracy
@@ -101,7 +102,7 @@ def run(session: SessionLike, *, size: int | None = None, repeat: int | None = N
     before = session.recovery()
     t_start = time.perf_counter()
     total, times, generate_s, out_of_core = _summed(session, _array(session, n, chunks), repeat, progress)
-    path = running_of(session).path
+    path = path_line(running_of(session).path)
     wall_s, expected, sum_s = time.perf_counter() - t_start, n * (n - 1) / 2, statistics.median(times)
     # out of core the run never holds its data: the limit is measured over what it holds at once (a cache's
     # bandwidth, a looser bound), not allocated whole beside the workers (an in-process worker's memory is this process's)
@@ -120,7 +121,7 @@ def run(session: SessionLike, *, size: int | None = None, repeat: int | None = N
         backend=session.backend.name, engine=str(session.engine), enabled=cfg.parallel.enabled,
         workers=len(workers) or 1, threads=session.slots, workers_lost=recovery.workers_lost,
         tasks_recomputed=recovery.tasks_recomputed, failures_recovered=recovery.failures_recovered,
-        out_of_core=out_of_core, path=None if path is None or path.serial_s is None else path.text(),
+        out_of_core=out_of_core, path=path,
     )
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from openclaw_dask.cluster import running_of
+from openclaw_dask.cluster.paths import path_line
 from openclaw_dask.dataflow import fusion
 from openclaw_dask.progress import aside
 from openclaw_dask.workloads import accuracy, models, streams
@@ -173,11 +174,11 @@ def run_kernel(name: str, session: SessionLike, *, size: int | None = None, repe
     prepared = KERNELS[name](session, size)
     try:
         result, times = prepared.timed(session, repeat, progress=progress)
-        path = running_of(session).path  # measured on both paths: the summary says which the last run took
+        path = path_line(running_of(session).path)  # measured on both paths: the summary says which the last run took
         with aside("checking the answer against NumPy"):
             reference, (numpy_s,) = prepared.reference(session)
             verdict = prepared.check(session, result, reference)
-        rows = tuple(prepared.details()) + ((("path", path.text()),) if path and path.serial_s is not None else ())
+        rows = tuple(prepared.details()) + ((("path", path),) if path else ())
     finally:
         prepared.close()
     recovery = session.recovery().since(before)
