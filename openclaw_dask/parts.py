@@ -38,13 +38,13 @@ def build(stack: contextlib.ExitStack, config: Config, backend: Backend, metrics
     """Take parts 1-4 on ``stack`` and return the running engine."""
     from openclaw_dask.cluster.process_state import PROCESS, Layer
     from openclaw_dask.cluster.scratch import scratch
-    from openclaw_dask.cluster.settings import dask_settings, for_engine
+    from openclaw_dask.cluster.settings import dask_settings, for_engine, needs_distributed
     from openclaw_dask.monitoring import require_prometheus_client
 
     handed = backend.cluster_keywords  # the cluster gets these as keywords: not this process's config
     settings = for_engine({**stack.enter_context(scratch(config)),
                            **{k: v for k, v in dask_settings(config, backend).items() if k not in handed}}, config, backend)
-    if any(k.split(".")[0] == "distributed" for k in settings):  # a local engine: the dask: section's only
+    if needs_distributed(settings):  # on a local engine only for the dask: section's keys
         import distributed  # noqa: F401  (its defaults must be in dask.config before keys under them are set)
     layer = Layer(
         dask=settings, log_level=config.parallel.log_level,

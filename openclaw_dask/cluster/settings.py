@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from openclaw_dask.cluster.base import Backend
     from openclaw_dask.config import Config
 
-__all__ = ["add_preload", "dask_settings", "for_engine"]
+__all__ = ["add_preload", "dask_settings", "for_engine", "needs_distributed"]
 
 
 def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, Any]:
@@ -70,7 +70,16 @@ def for_engine(settings: dict[str, Any], config: Config, backend: Backend) -> di
     (~0.1 s of its start)."""
     if backend.engine(config).distributed:
         return settings
-    return {k: v for k, v in settings.items() if k.split(".")[0] != "distributed" or k in config.dask}
+    return {k: v for k, v in settings.items() if not _distributed_key(k) or k in config.dask}
+
+
+def needs_distributed(settings: dict[str, Any]) -> bool:
+    """Whether ``settings`` hold keys of distributed's, whose defaults must be in dask's config before they are set."""
+    return any(map(_distributed_key, settings))
+
+
+def _distributed_key(key: str) -> bool:
+    return key.split(".")[0] == "distributed"
 
 
 def _socket_buffers(settings: dict[str, Any], size: int) -> None:
