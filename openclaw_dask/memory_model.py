@@ -322,13 +322,10 @@ def _reduced(task: Any, shape: tuple[int, ...] | None) -> tuple[int, ...] | None
 
 
 def _output(key: Any, task: Any, deps: list[Any], layouts: dict[str, Layout], sizes: dict[Any, int],
-            shapes: dict[Any, tuple[int, ...] | None]) -> tuple[tuple[int, ...] | None, int]:
-    """The shape (if known) and bytes of ``task``'s output, from its layer's chunks or its inputs'."""
+            shape_of: Callable[[Any], tuple[int, ...] | None]) -> tuple[tuple[int, ...] | None, int]:
+    """The shape (if known) and bytes of ``task``'s output, from its layer's chunks or its inputs' (``shape_of``)."""
     from dask._task_spec import DataNode
     from dask.sizeof import sizeof
-
-    def shape_of(dep: Any) -> tuple[int, ...] | None:  # data persisted before the graph: its layer's chunks
-        return shapes[dep] if dep in shapes else _layout_shape(dep, layouts)
 
     every = list(getattr(task, "dependencies", ()))  # deps, and the data persisted before that the task reads
     first = next(iter(every), None)
@@ -375,11 +372,15 @@ def _sizes(dsk: dict[Any, Any], ordered: list[Any], layouts: dict[str, Layout], 
     out = _Sizes({}, {}, {}, set(), Task("", None, 0, 0), 0, {})
     shapes: dict[Any, tuple[int, ...] | None] = {}
     nbytes: dict[Any, int] = {}  # each output's bytes, views' too
+
+    def shape_of(dep: Any) -> tuple[int, ...] | None:  # a task's output; data persisted before the graph: its layer's chunks
+        return shapes[dep] if dep in shapes else _layout_shape(dep, layouts)
+
     for key in ordered:
         task, deps = dsk[key], _inside(dsk, key)
-        shapes[key], size = _output(key, task, deps, layouts, nbytes, shapes)
+        shapes[key], size = _output(key, task, deps, layouts, nbytes, shape_of)
         nbytes[key] = size
-        if (source := _viewed(task, shapes[key], lambda d: shapes[d] if d in shapes else _layout_shape(d, layouts))):
+        if (source := _viewed(task, shapes[key], shape_of)):
             size, out.owner[key] = 0, out.owner.get(source, source)  # a view: its input's memory, held while it lives
         # the memory it reads: its inputs, and the blocks its input views share (shards: held once, by the barrier)
         inputs = sum(out.sizes[d] for d in set(_holds(deps, out.owner, dsk)) if d not in out.barriers)
