@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from openclaw_dask.cluster import SessionLike
 
 __all__ = ["LOCAL", "MAX_WALK_TASKS", "RESERVE", "Misfit", "Projection", "Task", "allocates", "describe", "fits", "fitting_chunk",
-           "misfit", "project", "require_fit", "suggest_chunk", "watched"]
+           "graph_arrays", "guarded", "misfit", "project", "require_fit", "suggest_chunk", "watched"]
 
 logger = logging.getLogger("openclaw_dask.memory")
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -678,6 +678,80 @@ def require_fit(session: SessionLike, collections: list[Any]) -> Projection | No
     logger.warning("%s", line)
     _tell(projection, workers)
     return projection
+
+
+def guarded(scheduler: Any, check: Callable[[list[Any]], Any]) -> Any:
+    """``scheduler`` (a dask ``scheduler=`` callable) that first hands ``check`` the arrays of each graph it is given.
+
+    What a plain ``x.compute()``, ``dask.compute`` or ``x.persist()`` runs on in a session, so that
+    they are checked as :meth:`Session.compute <openclaw_dask.Session.compute>` is (``check``: the
+    session's :func:`require_fit`). It equals, hashes and pickles as ``scheduler`` (dask compares it
+    with a client's ``get`` to choose a lock; worker processes get what ``scheduler`` pickles to), and
+    has its ``persist`` when it has one (``dask.persist`` then hands it the collections themselves).
+    """
+    return (_GuardedPersist if callable(getattr(scheduler, "persist", None)) else _Guarded)(scheduler, check)
+
+
+class _Guarded:
+    def __init__(self, scheduler: Any, check: Callable[[list[Any]], Any]) -> None:
+        self.scheduler, self.check = scheduler, check
+
+    def __call__(self, dsk: Any, keys: Any, **kwargs: Any) -> Any:
+        arrays = graph_arrays(dsk)
+        if arrays:
+            self.check(arrays)
+        return self.scheduler(dsk, keys, **kwargs)
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or bool(self.scheduler == other)
+
+    def __hash__(self) -> int:
+        return hash(self.scheduler)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        import copy
+
+        return (copy.copy, (self.scheduler,))  # unpickled: the scheduler itself (no check where no session is)
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        return self  # a copy of dask's configuration keeps the live scheduler
+
+
+class _GuardedPersist(_Guarded):
+    def persist(self, collections: Any, *args: Any, **kwargs: Any) -> Any:
+        arrays = _arrays(list(collections) if isinstance(collections, (list, tuple)) else [collections])
+        if arrays:
+            self.check(arrays)
+        return self.scheduler.persist(collections, *args, **kwargs)
+
+
+def graph_arrays(expr: Any) -> list[Any]:
+    """The dask arrays whose graphs ``expr`` (what ``dask.compute`` hands its scheduler) computes; ``[]`` if none.
+
+    dask wraps each array's (unoptimised) high-level graph and output keys in an expression node; an array is
+    rebuilt from them and its output layer's chunks. Anything else (a dict graph, a dataframe's expression, an
+    array expression) gives none: it is not projected.
+    """
+    from dask.array import Array
+    from dask.highlevelgraph import HighLevelGraph
+
+    arrays: dict[str, Any] = {}
+    nodes = [expr]
+    while nodes:
+        node = nodes.pop()
+        operands = getattr(node, "operands", None)
+        if not isinstance(operands, list):
+            continue
+        params = dict(zip(getattr(type(node), "_parameters", ()), operands))
+        graph = params.get("dsk")
+        if isinstance(graph, HighLevelGraph):
+            for name in {_name_index(k)[0] for k in params.get("output_keys") or ()} - set(arrays):
+                ann = getattr(graph.layers.get(name), "collection_annotations", None) or {}
+                if ann.get("chunks") is not None and hasattr(ann.get("dtype"), "itemsize"):  # () for a scalar
+                    arrays[name] = Array(graph, name, ann["chunks"], dtype=ann["dtype"])
+        else:
+            nodes.extend(operands)
+    return list(arrays.values())
 
 
 def fits(session: SessionLike, collections: list[Any], *, spill: bool = True) -> bool:

@@ -10,7 +10,8 @@ Setup order (teardown is the reverse, by construction):
    pools at one thread when tasks run in this process;
 3. the running engine (:meth:`Backend.start <openclaw_dask.cluster.Backend.start>`); what
    ``dask.compute`` runs on joins the layer (:meth:`RunningCluster.dask_config
-   <openclaw_dask.cluster.RunningCluster.dask_config>`), with freed memory kept for reuse on dask's local schedulers;
+   <openclaw_dask.cluster.RunningCluster.dask_config>`, each graph's arrays checked first by the session's memory
+   check: :func:`~openclaw_dask.memory_model.guarded`), with freed memory kept for reuse on dask's local schedulers;
 4. the backend's worker plugins (taken off again where the cluster is someone else's);
 5. the recovery watch, adaptive scaling, and the Prometheus collector.
 
@@ -22,25 +23,28 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.process_state import Terminated
 
 if TYPE_CHECKING:
-    from openclaw_dask.cluster import Backend, RunningCluster
+    from openclaw_dask.cluster import RunningCluster, SessionLike
     from openclaw_dask.config import Config
     from openclaw_dask.monitoring import RunMetrics
 
 __all__ = ["Terminated", "build", "watch"]
 
 
-def build(stack: contextlib.ExitStack, config: Config, backend: Backend, metrics: RunMetrics) -> RunningCluster:
-    """Take parts 1-4 on ``stack`` and return the running engine."""
+def build(stack: contextlib.ExitStack, session: SessionLike) -> RunningCluster:
+    """Take parts 1-4 of ``session`` on ``stack`` and return the running engine."""
+    from openclaw_dask import memory_model
     from openclaw_dask.cluster.process_state import PROCESS, Layer
     from openclaw_dask.cluster.scratch import scratch
     from openclaw_dask.cluster.settings import dask_settings, for_engine, needs_distributed
     from openclaw_dask.monitoring import require_prometheus_client
 
+    config, backend = session.config, session.backend
     handed = backend.cluster_keywords  # the cluster gets these as keywords: not this process's config
     settings = for_engine({**stack.enter_context(scratch(config)),
                            **{k: v for k, v in dask_settings(config, backend).items() if k not in handed}}, config, backend)
@@ -59,12 +63,14 @@ def build(stack: contextlib.ExitStack, config: Config, backend: Backend, metrics
     if config.monitoring.prometheus:
         require_prometheus_client()  # before anything starts
     running = stack.enter_context(backend.start(config))
-    # a plain x.compute() in the session runs where Session.compute does
-    PROCESS.update(owner, dataclasses.replace(layer, dask={**settings, **running.dask_config()}, heap_reuse=running.heap_reuse))
+    # a plain x.compute() in the session runs where Session.compute does, checked as it is
+    engine = running.dask_config()
+    engine["scheduler"] = memory_model.guarded(engine["scheduler"], functools.partial(memory_model.require_fit, session))
+    PROCESS.update(owner, dataclasses.replace(layer, dask={**settings, **engine}, heap_reuse=running.heap_reuse))
     stack.enter_context(running.plugins(lambda: backend.worker_plugins(config)))
     workers = running.workers()
     if workers:
-        metrics.target_workers = len(workers)
+        session.metrics.target_workers = len(workers)
     return running
 
 

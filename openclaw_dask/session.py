@@ -81,7 +81,7 @@ class Session:
         check(self.config)  # the backend's rules, also for a Config loaded without them
         try:
             self._stack.enter_context(_opened(self))
-            self.running = parts.build(self._stack, self.config, self.backend, self.metrics)
+            self.running = parts.build(self._stack, self)
             self._recovery = parts.watch(self._stack, self.running, self.config, self.metrics)
         except BaseException:
             self._stack.close()

@@ -185,6 +185,50 @@ def test_over_the_limit_is_refused_before_any_task_runs_and_the_named_chunk_runs
         assert next(iter(record.workers.values())).peak_memory < 256 * MiB
 
 
+_SCRIPT = """
+import pathlib
+
+import dask
+import dask.array as da
+import numpy as np
+
+def touch(block_info=None):  # makes no chunk: were the check passed, the run fails here, allocating nothing
+    pathlib.Path({ran!r}).write_text("a task ran")
+    raise RuntimeError("the memory check let a graph over the limit run")
+
+x = da.ones((1024, 1024), chunks=512)  # 8 MiB: fits
+assert x.sum().compute() == 1024 * 1024 and dask.compute(x.T.sum())[0] == 1024 * 1024
+assert x.persist().sum().compute() == 1024 * 1024
+print("fitting graphs ran")
+big = da.map_blocks(touch, chunks={chunks}, dtype="float64", meta=np.empty((0, 0)))
+{last}
+"""
+
+
+# process: one worker of 256 MiB, two 128 MiB chunks; thread: this process is the worker, two 32 GiB chunks are
+# more than this machine has
+_BIG = {"process": ("((4096, 4096), (4096,))", ["cluster.memory_limit=256MiB"], "chunk 4096x4096"),
+        "thread": ("((2**16, 2**16), (2**16,))", [], "chunk 65536x65536")}
+
+
+@pytest.mark.parametrize(("backend", "last"), [("process", "big.sum().compute()"), ("process", "big.persist()"),
+                                               ("thread", "dask.compute(big.sum())")])
+def test_a_plain_compute_or_persist_in_a_script_is_checked_as_session_compute_is(backend, last, tmp_path):
+    from click.testing import CliRunner
+
+    from openclaw_dask.cli import main
+
+    script, ran = tmp_path / "script.py", tmp_path / "ran"
+    chunks, sets, named = _BIG[backend]
+    script.write_text(_SCRIPT.format(ran=str(ran), last=last, chunks=chunks))
+    sets = [f"parallel.backend={backend}", "parallel.workers=1", *sets]
+    r = CliRunner().invoke(main, ["run", str(script), *(a for s in sets for a in ("--set", s))])
+    assert r.exit_code == 1, r.output
+    assert "fitting graphs ran" in r.stdout and not ran.exists()  # refused before any task ran
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("openclaw: error:")]
+    assert named in line and "would fit" in line and "Traceback" not in r.stderr
+
+
 @pytest.mark.parametrize("mode", ["warn", "off"])
 def test_memory_check_warn_runs_and_off_projects_nothing(mode, caplog):
     caplog.set_level(logging.WARNING, logger="openclaw_dask")
