@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from openclaw_dask.cluster import SessionLike
 
 __all__ = ["LOCAL", "MAX_WALK_TASKS", "RESERVE", "Misfit", "Projection", "Task", "allocates", "describe", "fits", "fitting_chunk",
-           "graph_arrays", "guarded", "misfit", "project", "require_fit", "suggest_chunk", "watched"]
+           "graph_arrays", "guarded", "misfit", "project", "project_stream", "require_fit", "stream_steps",
+           "streamed", "suggest_chunk", "watched"]
 
 logger = logging.getLogger("openclaw_dask.memory")
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -113,9 +114,11 @@ def project(collections: list[Any], *, workers: int = 1, threads: int = 1, satur
         ordered = _toposorted(dsk)
         sized = _sizes(dsk, ordered, layouts, copied=workers > 1)
         kept = sum(sized.sizes.get(k, 0) for k in set(results) | {sized.owner[k] for k in results if k in sized.owner})
-        biggest, roots = sized.biggest, sized.roots
-        relay = _blockwise(collections) if relayed else None
+        blockwise = _blockwise(collections)
+        biggest, roots = sized.biggest, _root_outputs(dsk, sized, blockwise)
+        relay = blockwise if relayed else None
         held, busy = _walk(dsk, ordered, sized, results, slots, relayed=relay)
+        carried = _carried(dsk) if relayed else 0
         share = -(-held // workers)
         if workers > 1 and (pulled := _pulled(dsk, ordered)):  # their bytes are not shared out: one worker holds them
             weighted = dataclasses.replace(sized, sizes=_shared(sized.sizes, pulled, workers),
@@ -126,16 +129,71 @@ def project(collections: list[Any], *, workers: int = 1, threads: int = 1, satur
         kept = sum(sizes.get(k, 0) for k in results)
         held = busy = slots * biggest.footprint
         held += kept
-        share = -(-held // workers)
+        share, carried = -(-held // workers), 0
     # roots sent to a worker beyond its threads: their outputs can wait for consumers the scheduler sends later
     queued = (0 if math.isinf(saturation) else max(0, math.ceil(saturation * threads) - threads)) * roots
-    running = max(-(-busy // workers), biggest.footprint) + queued + RESERVE
+    running = max(-(-busy // workers), biggest.footprint) + queued + carried + RESERVE
     chunk = max((_block_bytes(c, i, None) for c, i in layouts.values()), default=0)
     # the rounds keep threads in step; real ones drift apart, one running ahead (a task and the root it reads)
     # while another finishes a long task
     drift = (threads - 1) * (biggest.footprint + roots)
-    return Projection(max(share, biggest.footprint) + drift + queued + RESERVE, running, held,
+    return Projection(max(share, biggest.footprint) + drift + queued + carried + RESERVE, running, held,
                       -(-kept // workers), biggest, chunk, count, workers, threads, count <= MAX_WALK_TASKS)
+
+
+Step = tuple[str, int, int, tuple[float, float]]  # a stream's stage: name, input and output bytes of a batch, temporaries
+
+
+def project_stream(steps: list[Step], *, group: int, in_flight: int, workers: int = 1, threads: int = 1) -> Projection:
+    """The :class:`Projection` of a stream (:func:`openclaw_dask.dataflow.pipeline`) of ``steps`` (pure).
+
+    Each task runs one stage on ``group`` batches and holds their inputs, outputs and declared temporaries
+    (:func:`allocates`); at most ``in_flight`` batches are alive, each holding at most the biggest stage
+    output while it waits for its next stage or to be gathered. Every busy thread runs the biggest task.
+    """
+    workers, threads = max(1, workers), max(1, threads)
+    tasks = [Task(name, None, group * i, group * o, int(group * (ti * i + to * o))) for name, i, o, (ti, to) in steps]
+    biggest = max(tasks, key=lambda t: t.footprint)
+    busy = min(workers * threads, -(-in_flight // group))  # tasks running at once: no more than the batches allow
+    waiting = max(0, in_flight - busy * group) * max(o for _, _, o, _ in steps)
+    held = busy * biggest.footprint + waiting
+    running = min(threads, busy) * biggest.footprint + RESERVE
+    per_worker = max(-(-held // workers), running - RESERVE) + RESERVE
+    return Projection(per_worker, running, held, 0, biggest, max(o for _, _, o, _ in steps), len(steps), workers,
+                      threads, False)
+
+
+def stream_steps(flow: Any) -> list[Step]:
+    """The steps of a finished :class:`~openclaw_dask.dataflow.Pipeline`: its biggest batch in and out of each stage."""
+    steps, inputs = [], flow.source_bytes
+    for stage, times in zip(flow.stages, flow.times):
+        output = max(times.nbytes, default=0)
+        steps.append((stage.label, inputs, output, getattr(stage.fn, _DECLARED, (0.0, 0.0))))
+        inputs = output
+    return steps
+
+
+@contextlib.contextmanager
+def streamed(session: SessionLike) -> Iterator[Callable[[Any], None]]:
+    """Around a stream: call what it yields with the finished :class:`~openclaw_dask.dataflow.Pipeline`.
+
+    While a profile watches (:func:`watched`), the stream's projection, from its batches' measured sizes
+    and its ``in_flight`` bound, goes to the profile with each worker's memory before the stream started.
+    A stream is not checked before it runs: its batches' sizes are known once they have been through.
+    """
+    workers, local = _workers(session) if _WATCHERS and session.config.cluster.memory_check != "off" else ({}, True)
+    if local or not workers:
+        yield lambda flow: None
+        return
+    workers = _in_use_now(session, workers)
+    threads = max(int(w.get("nthreads", 1)) for w in workers.values())
+
+    def tell(flow: Any) -> None:
+        if flow.batches:
+            _tell(project_stream(stream_steps(flow), group=flow.group, in_flight=flow.in_flight,
+                                 workers=len(workers), threads=threads), workers)
+
+    yield tell
 
 
 def suggest_chunk(projection: Projection, room: int, spill: int = 0) -> int | None:
@@ -563,6 +621,34 @@ def _walk(dsk: dict[Any, Any], ordered: list[Any], sized: _Sizes, results: list[
                     else:
                         heapq.heappush(ready, rank[r])
     return peak, busy
+
+
+def _carried(dsk: dict[Any, Any]) -> int:
+    """Bytes of the data a graph carries in it (``da.from_array`` of a NumPy array): it travels with the tasks through
+    the scheduler, in messages a worker holds beside the arrays; counted whole on each worker."""
+    from dask._task_spec import DataNode
+    from dask.sizeof import sizeof
+
+    return sum(sizeof(node.value) for node in dsk.values() if isinstance(node, DataNode))
+
+
+def _root_outputs(dsk: dict[Any, Any], sized: _Sizes, blockwise: set[str]) -> int:
+    """The biggest output a root task leaves once it has run: dask fuses a root into its one reader when both are
+    blockwise or they are a chain (and on, down the chain), so what waits is the fused task's output."""
+    deps = {k: _inside(dsk, k) for k in dsk}
+    readers: dict[Any, list[Any]] = {k: [] for k in dsk}
+    for key, ds in deps.items():
+        for d in ds:
+            readers[d].append(key)
+    biggest = 0
+    for key in dsk:
+        if getattr(dsk[key], "dependencies", ()):  # not a root (reading data persisted before: not queued either)
+            continue
+        end = key
+        while len(readers[end]) == 1 and _fused(end, readers[end][0], readers, deps, blockwise):
+            end = readers[end][0]
+        biggest = max(biggest, sized.sizes.get(sized.owner.get(end, end), 0))  # a view: the block it shares
+    return biggest
 
 
 def _fused(key: Any, reader: Any, readers: dict[Any, list[Any]], deps: dict[Any, list[Any]], blockwise: set[str]) -> bool:

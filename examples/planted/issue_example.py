@@ -1,5 +1,6 @@
-# expect: data-skew, stragglers, outside-tasks on process
-"""Issue 13's case as a new user wrote it: one chunk 16x the others, one block also waits 1.5 s, a 122 MiB array in the graph."""
+# expect: data-skew, stragglers, outside-tasks on process, memory-model on process
+"""Issue 13's case as a new user wrote it: one chunk 16x the others, one block also waits 1.5 s, a 122 MiB array
+in the graph, and a function whose temporaries (block + 1.0, its square root) no chunk shows."""
 import time
 
 import dask.array as da

@@ -74,10 +74,11 @@ class Stage:
 
 @dataclass
 class StageTimes:
-    """Seconds each batch spent in one stage."""
+    """Seconds each batch spent in one stage, and the bytes of what it returned (:func:`dask.sizeof.sizeof`)."""
 
     stage: str
     seconds: list[float] = field(default_factory=list)
+    nbytes: list[int] = field(default_factory=list)
 
     @property
     def total_s(self) -> float:
@@ -93,12 +94,15 @@ class StageTimes:
 
 
 class _Carry:
-    """A stage's output and the (stage, seconds) of every stage so far: timings travel with the data."""
+    """A stage's output and the (seconds, output bytes) of every stage so far: they travel with the data.
 
-    __slots__ = ("spans", "value")
+    ``source``: the bytes of the batch the first stage was given.
+    """
 
-    def __init__(self, value: Any, spans: tuple[tuple[str, float], ...]) -> None:
-        self.value, self.spans = value, spans
+    __slots__ = ("source", "spans", "value")
+
+    def __init__(self, value: Any, spans: tuple[tuple[float, int], ...], source: int) -> None:
+        self.value, self.spans, self.source = value, spans, source
 
 
 class _StageError(Exception):
@@ -107,15 +111,17 @@ class _StageError(Exception):
 
 def _run_stage(previous: list[Any], fn: Callable[[Any], Any], name: str) -> list[_Carry]:
     """``fn`` on each batch of a group (source batches, or the carries of the stage before)."""
+    from dask.sizeof import sizeof
+
     out = []
     for offset, item in enumerate(previous):
-        value, spans = (item.value, item.spans) if isinstance(item, _Carry) else (item, ())
+        value, spans, source = (item.value, item.spans, item.source) if isinstance(item, _Carry) else (item, (), sizeof(item))
         t0 = time.perf_counter()
         try:
             result = fn(value)
         except Exception as e:
             raise _StageError(name, e, offset) from e
-        out.append(_Carry(result, (*spans, (name, time.perf_counter() - t0))))
+        out.append(_Carry(result, (*spans, (time.perf_counter() - t0, sizeof(result))), source))
     return out
 
 
@@ -136,8 +142,14 @@ class Pipeline:
 
     Attributes
     ----------
+    stages : list of Stage
+        The stages, in order.
     times : list of StageTimes
-        Per stage, the seconds each finished batch spent in it.
+        Per stage, the seconds each finished batch spent in it and the bytes it returned.
+    source_bytes : int
+        The biggest batch the first stage was given, in bytes.
+    in_flight : int
+        Batches alive at once, at most (grown with ``group`` when chosen).
     batches : int
         Batches finished so far.
     peak_in_flight : int
@@ -152,12 +164,12 @@ class Pipeline:
 
     def __init__(self, tasks: RunningCluster, stages: list[Stage], batches: Iterable[Any], in_flight: int | None, *,
                  total: int | None, progress: bool) -> None:
-        self._tasks, self._stages, self._batches = tasks, stages, batches
+        self._tasks, self.stages, self._batches = tasks, stages, batches
         self._auto = in_flight is None  # the group size, and in_flight with it, follow the first batch's timings
         self.in_flight = 2 * tasks.slots if in_flight is None else in_flight
         self.total, self.progress = total, progress
         self.times = [StageTimes(s.label) for s in stages]
-        self.batches = self.peak_in_flight = 0
+        self.batches = self.peak_in_flight = self.source_bytes = 0
         self.group, self.note = 1, ""
         self.wall_s = 0.0
         self._token = token()
@@ -171,7 +183,7 @@ class Pipeline:
 
     def _submit(self, index: int, group: list[Any]) -> Any:
         future = None
-        for stage in self._stages:
+        for stage in self.stages:
             key = f"{stage.label}-{self._token}-{index}"
             args = (stage.fn, stage.label)
             future = (self._tasks.submit(key, _run_stage, group, *args, pin=stage.pin()) if future is None
@@ -211,10 +223,12 @@ class Pipeline:
             stage, cause, offset = e.args
             raise BatchFailed(index + offset, stage, cause) from cause
         for carry in carries:
-            for times, (_, seconds) in zip(self.times, carry.spans):
+            self.source_bytes = max(self.source_bytes, carry.source)
+            for times, (seconds, nbytes) in zip(self.times, carry.spans):
                 times.seconds.append(seconds)
+                times.nbytes.append(nbytes)
         if not self.batches:
-            self._plan([seconds for _, seconds in carries[0].spans])
+            self._plan([seconds for seconds, _ in carries[0].spans])
         self.batches += len(carries)
         return [carry.value for carry in carries]
 

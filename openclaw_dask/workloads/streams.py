@@ -36,16 +36,19 @@ _WEIGHTS = np.random.default_rng(7).standard_normal((SIDE, SIDE)) / np.sqrt(SIDE
 REFERENCE_BATCH = 64  # samples per step of the NumPy reference, whatever batch_size the stream used
 
 
+@memory_model.allocates(output=1)  # the samples, then their stack
 def load(batch: list[int]) -> np.ndarray:
     """Samples ``batch`` (their indices), each a pseudo-random image seeded by its index alone."""
     return np.stack([np.random.default_rng(i).random((SIDE, SIDE)) for i in batch])
 
 
+@memory_model.allocates(inputs=2)  # std's x - mean and its square; then x - mean beside the result
 def preprocess(x: np.ndarray) -> np.ndarray:
     """Standardise each sample."""
     return (x - x.mean(axis=(1, 2), keepdims=True)) / x.std(axis=(1, 2), keepdims=True)
 
 
+@memory_model.allocates(output=1)  # x @ W, then its tanh
 def compute(x: np.ndarray) -> np.ndarray:
     return np.tanh(x @ _WEIGHTS)
 
@@ -100,8 +103,11 @@ def pipeline(s: SessionLike, size: int) -> Prepared:
     last: dict[str, Any] = {}
 
     def run(progress: bool) -> np.ndarray:
-        last["stream"] = flow = stream(s, STAGES, range(n), batch_size=batch, progress=progress)
-        return sum(flow, np.zeros(SIDE))
+        with memory_model.streamed(s) as projected:  # the profile compares the stream's projection with its peak
+            last["stream"] = flow = stream(s, STAGES, range(n), batch_size=batch, progress=progress)
+            total = sum(flow, np.zeros(SIDE))
+            projected(flow)
+        return total
 
     def details() -> list[tuple[str, str]]:
         flow = last["stream"]
