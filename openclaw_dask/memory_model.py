@@ -641,8 +641,8 @@ def _root_outputs(dsk: dict[Any, Any], sized: _Sizes, blockwise: set[str]) -> in
         for d in ds:
             readers[d].append(key)
     biggest = 0
-    for key in dsk:
-        if getattr(dsk[key], "dependencies", ()):  # not a root (reading data persisted before: not queued either)
+    for key, task in dsk.items():
+        if getattr(task, "dependencies", ()):  # not a root (reading data persisted before: not queued either)
             continue
         end = key
         while len(readers[end]) == 1 and _fused(end, readers[end][0], readers, deps, blockwise):

@@ -3,8 +3,8 @@
 The acceptance test is in the style of Cubed's ``test_mem_utilization``: on the process backend
 with a 256 MiB memory limit, each common array operation's measured peak (the worker's process
 memory at its highest during the compute, less its process memory just before) is at most the
-projection, and the projection at most 3 times it; so is each standard-suite kernel's that is one
-array graph (tiny-tasks and pipeline are not: docs/memory.md says why).
+projection, and the projection at most 3 times it, at 1 and 2 threads; so is each standard-suite
+kernel's (pipeline's from its batches' measured sizes; tiny-tasks is not projected: docs/memory.md says why).
 """
 
 from __future__ import annotations
