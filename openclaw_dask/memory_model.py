@@ -41,6 +41,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 RESERVE = 4 * 2**20  # per worker: task state, messages and allocator slack that no chunk size shows
 LOCAL = "this process"  # the one worker of a local engine (dask's threaded or synchronous scheduler)
 MAX_WALK_TASKS = 10_000  # a bigger graph is projected from its layers' chunks alone, to stay under a second
+SMALL_HELD = 2**20  # a delayed graph whose declared results are under this together is projected without a walk
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,8 @@ def project(collections: list[Any], *, workers: int = 1, threads: int = 1, satur
     layouts, results = graph
     workers, threads = max(1, workers), max(1, threads)
     dsk, count = _tasks(collections)
+    if not layouts and (tiny := _held_whole(dsk, results, workers, threads)) is not None:
+        return tiny
     slots = workers * threads
     if count <= MAX_WALK_TASKS:
         ordered = _toposorted(dsk)
@@ -196,6 +199,24 @@ def streamed(session: SessionLike) -> Iterator[Callable[[Any], None]]:
     yield tell
 
 
+def _held_whole(dsk: dict[Any, Any], results: list[Any], workers: int, threads: int) -> Projection | None:
+    """A delayed graph of declared sizes that are under :data:`SMALL_HELD` together, projected as holding them all at
+    once (a bound; no walk, which costs ~20 us a task), else ``None``."""
+    from dask._task_spec import DataNode
+    from dask.sizeof import sizeof
+    from dask.utils import key_split
+
+    sizes = {k: int(sizeof(t.value)) if isinstance(t, DataNode) else _returns(t) or 0 for k, t in dsk.items()}
+    total = sum(sizes.values())
+    if total > SMALL_HELD:
+        return None
+
+    key = max(dsk, key=lambda k: sum(sizes.get(d, 0) for d in getattr(dsk[k], "dependencies", ())) + sizes[k])
+    biggest = Task(key_split(key), None, sum(sizes.get(d, 0) for d in getattr(dsk[key], "dependencies", ())), sizes[key])
+    return Projection(total + RESERVE, min(total, threads * biggest.footprint) + RESERVE, total,
+                      sum(sizes.get(k, 0) for k in results), biggest, 0, len(dsk), workers, threads, False)
+
+
 def suggest_chunk(projection: Projection, room: int, spill: int = 0) -> int | None:
     """The biggest chunk (bytes) whose projection would fit a worker with ``room`` bytes and ``spill`` to spill.
 
@@ -217,7 +238,8 @@ Layout = tuple[tuple[tuple[int, ...], ...], int]  # chunks, itemsize
 
 
 def _graph(collections: list[Any]) -> tuple[dict[str, Layout], list[Any]] | None:
-    """Every array layer's chunks (by layer name) and the result keys, or ``None`` without an array."""
+    """Every array layer's chunks (by layer name) and the result keys, or ``None`` without a collection to project."""
+    from dask.array import Array
     from dask.core import flatten
 
     layouts: dict[str, Layout] = {}
@@ -227,9 +249,10 @@ def _graph(collections: list[Any]) -> tuple[dict[str, Layout], list[Any]] | None
             ann = getattr(layer, "collection_annotations", None) or {}
             if ann.get("chunks") and hasattr(ann.get("dtype"), "itemsize"):
                 layouts[str(name)] = (tuple(tuple(int(n) for n in a) for a in ann["chunks"]), ann["dtype"].itemsize)
-        layouts[str(c.name)] = (tuple(tuple(int(n) for n in a) for a in c.chunks), c.dtype.itemsize)
+        if isinstance(c, Array):  # else a delayed graph of declared sizes
+            layouts[str(c.name)] = (tuple(tuple(int(n) for n in a) for a in c.chunks), c.dtype.itemsize)
         results.extend(flatten(c.__dask_keys__()))
-    return (layouts, results) if layouts else None
+    return (layouts, results) if results else None
 
 
 def _pulled(dsk: dict[Any, Any], ordered: list[Any]) -> set[Any]:
@@ -277,10 +300,26 @@ def _blockwise(collections: list[Any]) -> set[str]:
 
 
 def _arrays(collections: list[Any]) -> list[Any]:
-    """The dask arrays among ``collections`` (a Delayed answers any attribute: duck typing would take it)."""
+    """The collections the model projects: the dask arrays, and the delayed graphs whose every task's function
+    declares what it returns (:func:`allocates`). A Delayed answers any attribute: duck typing would take it."""
     from dask.array import Array
+    from dask.delayed import Delayed
 
-    return [c for c in collections if isinstance(c, Array)]
+    return [c for c in collections if isinstance(c, Array) or isinstance(c, Delayed) and _declared(c)]
+
+
+def _declared(delayed: Any) -> bool:
+    """Whether every task of ``delayed``'s graph returns a declared size (and there are few enough to look)."""
+    from dask._task_spec import DataNode, convert_legacy_graph
+
+    graph = dict(delayed.__dask_graph__())
+    return len(graph) <= MAX_WALK_TASKS and all(
+        isinstance(t, DataNode) or _returns(t) is not None for t in convert_legacy_graph(graph).values())
+
+
+def _returns(task: Any) -> int | None:
+    """The bytes ``task``'s function declares it returns at most (``@allocates(returns=...)``), else ``None``."""
+    return getattr(getattr(task, "func", None), _RETURNS, None)
 
 
 def _tasks(collections: list[Any]) -> tuple[dict[Any, Any], int]:
@@ -395,6 +434,8 @@ def _output(key: Any, task: Any, deps: list[Any], layouts: dict[str, Layout], si
         return _shape(layout[0], index), _block_bytes(layout[0], layout[1], index)
     if isinstance(task, DataNode):
         return None, int(sizeof(task.value))
+    if (returns := _returns(task)) is not None:
+        return None, returns
     if itemsize and (shape := _sliced(task, shape_of)) is not None:
         return shape, itemsize * math.prod(shape)
     return None, max((sizes[d] for d in deps), default=0)  # no layout: as big as its biggest input (an estimate)
@@ -492,17 +533,22 @@ _TEMPORARIES: dict[str, tuple[float, float]] = {"moment_chunk": (2, 0), "_chunk_
 
 
 _DECLARED = "__openclaw_temporaries__"
+_RETURNS = "__openclaw_returns__"
 
 
-def allocates(inputs: float = 0, output: float = 0) -> Callable[[_F], _F]:
+def allocates(inputs: float = 0, output: float = 0, *, returns: int | None = None) -> Callable[[_F], _F]:
     """Declare the temporaries a chunk function makes, for the model to count (a decorator).
 
     ``inputs``: arrays as big as the task's inputs it holds at once beside them, in multiples of their bytes;
     ``output``: the same in multiples of its output's. E.g. ``(2 * x + np.sin(x) ** 2).sum()`` holds ``2 * x``
     and ``np.sin(x)`` at once: ``@allocates(inputs=2)``. Without it only the task's inputs and output are counted.
+    ``returns``: the most bytes its result takes (:func:`dask.sizeof.sizeof`), for a function no array layer
+    sizes: a delayed graph is projected when every one of its tasks' functions declares it.
     """
     def declare(fn: _F) -> _F:
         setattr(fn, _DECLARED, (float(inputs), float(output)))
+        if returns is not None:
+            setattr(fn, _RETURNS, int(returns))
         return fn
 
     return declare
@@ -665,10 +711,11 @@ def _sampled(collections: list[Any], layouts: dict[str, Layout]) -> tuple[dict[A
         if 2 * block > biggest.footprint:  # a task reads about one block of its kind and writes one
             biggest = Task(name.rsplit("-", 1)[0], tuple(max(a) for a in chunks), block, block)
     sizes: dict[Any, int] = {}
+    from dask.array import Array
     from dask.core import flatten
 
     for c in _arrays(collections):
-        for key in flatten(c.__dask_keys__()):
+        for key in flatten(c.__dask_keys__()) if isinstance(c, Array) else ():
             sizes[key] = _block_bytes(tuple(tuple(a) for a in c.chunks), c.dtype.itemsize, _name_index(key)[1])
     return sizes, biggest, roots
 

@@ -4,12 +4,13 @@ The acceptance test is in the style of Cubed's ``test_mem_utilization``: on the 
 with a 256 MiB memory limit, each common array operation's measured peak (the worker's process
 memory at its highest during the compute, less its process memory just before) is at most the
 projection, and the projection at most 3 times it, at 1 and 2 threads; so is each standard-suite
-kernel's (pipeline's from its batches' measured sizes; tiny-tasks is not projected: docs/memory.md says why).
+kernel's (pipeline's from its batches' measured sizes, tiny-tasks' from its functions' declared results).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 
@@ -65,6 +66,29 @@ def test_views_cost_nothing_and_declared_temporaries_count():
     plain, declared = (project([x.map_blocks(f)], threads=1) for f in (lambda b: b * 2 + np.sin(b), scratch))
     assert plain.task.temporary == 0 and declared.task.temporary == 2 * 2 * MiB
     assert declared.per_worker == plain.per_worker + 4 * MiB  # the last task's scratch beside everything held
+
+
+@memory_model.allocates(returns=8 * MiB)
+def _block(i):
+    return np.full(MiB, float(i))
+
+
+@memory_model.allocates(returns=8)
+def _sum_all(blocks):
+    return float(sum(b.sum() for b in blocks))
+
+
+def test_a_delayed_graph_is_projected_when_its_functions_declare_what_they_return():
+    import dask
+
+    blocks = dask.delayed(_sum_all)([dask.delayed(_block)(i) for i in range(4)])
+    p = project([blocks], threads=1, saturation=math.inf)
+    # walked: the four blocks wait for the sum, which holds them while it runs
+    assert p.walked and p.task.layer == "sum_all" and p.task.footprint == 4 * 8 * MiB + 8
+    assert p.held == p.per_worker - RESERVE == 4 * 8 * MiB + 8
+    tiny = dask.delayed(_sum_all)([dask.delayed(_sum_all)([]) for _ in range(100)])  # under SMALL_HELD together
+    assert project([tiny], threads=2).per_worker == 101 * 8 + RESERVE and not project([tiny]).walked
+    assert project([dask.delayed(_sum_all)([dask.delayed(sum)([1, 2])])]) is None  # sum declares nothing
 
 
 def test_no_array_no_projection():
@@ -285,10 +309,9 @@ def test_profile_shows_projected_peak_and_names_a_graph_over_it(small):
     assert "above the" in verdict.summary and verdict.overrides == {}
 
 
-# Not one dask array graph, so outside the model (docs/memory.md): tiny-tasks is 1,000 delayed Python calls whose
-# results' sizes nothing declares. pipeline streams tasks it submits itself: it is projected once, after it ran, from
-# its batches' measured sizes and its in_flight bound (memory_model.project_stream).
-OUTSIDE_THE_MODEL = ("tiny-tasks",)
+# pipeline streams tasks it submits itself: it is projected once, after it ran, from its batches' measured sizes and
+# its in_flight bound (memory_model.project_stream). tiny-tasks is a delayed graph whose functions declare what they
+# return (memory_model.allocates(returns=...)).
 STREAMS = ("pipeline",)
 
 
@@ -316,9 +339,6 @@ def test_suite_kernels_measured_peak_within_projection(threads, by_threads):
     for name, kernel in KERNELS.items():
         record, before = _kernel_run(s, kernel)
         (worker,) = record.workers.values()
-        if name in OUTSIDE_THE_MODEL:  # not projected: the profile's memory-model verdict does not judge the run
-            assert record.graphs > record.projected_graphs == 0 and not record.projected, name
-            continue
         if name in STREAMS:
             assert record.graphs > record.projected_graphs == 1, name
         else:
@@ -326,7 +346,7 @@ def test_suite_kernels_measured_peak_within_projection(threads, by_threads):
         rows.append((name, record.projected[worker.address], worker.peak_memory, before))
     table = "\n".join(f"| {n} | {(p - b) / MiB:.1f} | {(m - b) / MiB:.1f} | {(m - b) / (p - b):.2f} |" for n, p, m, b in rows)
     print(f"\n{threads} thread(s), 32 MiB\n| kernel | projected MiB | measured MiB | measured / projected |\n" + table)
-    assert len(rows) == len(KERNELS) - len(OUTSIDE_THE_MODEL)
+    assert len(rows) == len(KERNELS)
     assert all(m <= p for _, p, m, _ in rows), table  # the verdict's test: the peak never above the projection
     # useful: within 3x of the measured growth, or of the reserve where a kernel allocates ~nothing
     assert all(p - b <= 3 * max(m - b, RESERVE) for _, p, m, b in rows), table

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from openclaw_dask import memory_model
 from openclaw_dask.cluster import running_of
 from openclaw_dask.cluster.paths import path_line
 from openclaw_dask.dataflow import fusion
@@ -122,13 +123,19 @@ def tiny_tasks(s: SessionLike, size: int) -> Prepared:
     n = 1000
 
     def build() -> Any:
-        return dask.delayed(sum)([dask.delayed(_inc)(i) for i in range(n)])
+        return dask.delayed(_add_up)([dask.delayed(_inc)(i) for i in range(n)])
 
     return Prepared(build, lambda: sum(_inc(i) for i in range(n)), (), 0, accuracy=accuracy.exact)
 
 
+@memory_model.allocates(returns=32)  # a Python int under 2**30 (28 bytes): the memory model projects the graph
 def _inc(i: int) -> int:
     return i + 1
+
+
+@memory_model.allocates(returns=32)
+def _add_up(values: list[int]) -> int:
+    return sum(values)
 
 
 KERNELS: dict[str, Callable[[Any, int], Prepared]] = {
