@@ -31,7 +31,7 @@ from openclaw_dask.errors import ConfigError
 if TYPE_CHECKING:
     from openclaw_dask.cluster import SessionLike
 
-__all__ = ["LOCAL", "MAX_WALK_TASKS", "RESERVE", "Misfit", "Projection", "Task", "allocates", "describe", "fits", "fitting_chunk",
+__all__ = ["LOCAL", "MAX_WALK_TASKS", "RESERVE", "TASK_STATE", "Misfit", "Projection", "Task", "allocates", "describe", "fits", "fitting_chunk",
            "graph_arrays", "guarded", "misfit", "project", "project_stream", "require_fit", "stream_steps",
            "streamed", "suggest_chunk", "watched"]
 
@@ -39,6 +39,10 @@ logger = logging.getLogger("openclaw_dask.memory")
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 RESERVE = 4 * 2**20  # per worker: task state, messages and allocator slack that no chunk size shows
+# a distributed worker's state per task of a graph, its transition log included: 6.9-8.0 KB a task measured on a fresh
+# worker (1,000 to 20,000 no-op tasks, benchmarks/task_state_memory.py), 0.9-1.4 KB once it ran a graph before;
+# counted where it passes RESERVE (graphs of more than 409 tasks a worker)
+TASK_STATE = 10 * 2**10
 LOCAL = "this process"  # the one worker of a local engine (dask's threaded or synchronous scheduler)
 MAX_WALK_TASKS = 10_000  # a bigger graph is projected from its layers' chunks alone, to stay under a second
 SMALL_HELD = 2**20  # a delayed graph whose declared results are under this together is projected without a walk
@@ -67,7 +71,8 @@ class Projection:
     Attributes
     ----------
     per_worker
-        Projected peak bytes on each worker above its baseline (includes :data:`RESERVE`).
+        Projected peak bytes on each worker above its baseline (includes :data:`RESERVE`, or on a distributed
+        worker :data:`TASK_STATE` for each of its share of the tasks where that is more).
     running
         Of it, the bytes that cannot be spilled: ``threads`` running tasks, roots and the reserve.
     held
@@ -110,7 +115,8 @@ def project(collections: list[Any], *, workers: int = 1, threads: int = 1, satur
     layouts, results = graph
     workers, threads = max(1, workers), max(1, threads)
     dsk, count = _tasks(collections)
-    if not layouts and (tiny := _held_whole(dsk, results, workers, threads)) is not None:
+    reserve = max(RESERVE, TASK_STATE * -(-count // workers)) if relayed else RESERVE
+    if not layouts and (tiny := _held_whole(dsk, results, workers, threads, reserve)) is not None:
         return tiny
     slots = workers * threads
     if count <= MAX_WALK_TASKS:
@@ -135,12 +141,12 @@ def project(collections: list[Any], *, workers: int = 1, threads: int = 1, satur
         share, carried = -(-held // workers), 0
     # roots sent to a worker beyond its threads: their outputs can wait for consumers the scheduler sends later
     queued = (0 if math.isinf(saturation) else max(0, math.ceil(saturation * threads) - threads)) * roots
-    running = max(-(-busy // workers), biggest.footprint) + queued + carried + RESERVE
+    running = max(-(-busy // workers), biggest.footprint) + queued + carried + reserve
     chunk = max((_block_bytes(c, i, None) for c, i in layouts.values()), default=0)
     # the rounds keep threads in step; real ones drift apart, one running ahead (a task and the root it reads)
     # while another finishes a long task
     drift = (threads - 1) * (biggest.footprint + roots)
-    return Projection(max(share, biggest.footprint) + drift + queued + carried + RESERVE, running, held,
+    return Projection(max(share, biggest.footprint) + drift + queued + carried + reserve, running, held,
                       -(-kept // workers), biggest, chunk, count, workers, threads, count <= MAX_WALK_TASKS)
 
 
@@ -199,7 +205,7 @@ def streamed(session: SessionLike) -> Iterator[Callable[[Any], None]]:
     yield tell
 
 
-def _held_whole(dsk: dict[Any, Any], results: list[Any], workers: int, threads: int) -> Projection | None:
+def _held_whole(dsk: dict[Any, Any], results: list[Any], workers: int, threads: int, reserve: int) -> Projection | None:
     """A delayed graph of declared sizes that are under :data:`SMALL_HELD` together, projected as holding them all at
     once (a bound; no walk, which costs ~20 us a task), else ``None``."""
     from dask._task_spec import DataNode
@@ -213,7 +219,7 @@ def _held_whole(dsk: dict[Any, Any], results: list[Any], workers: int, threads: 
 
     key = max(dsk, key=lambda k: sum(sizes.get(d, 0) for d in getattr(dsk[k], "dependencies", ())) + sizes[k])
     biggest = Task(key_split(key), None, sum(sizes.get(d, 0) for d in getattr(dsk[key], "dependencies", ())), sizes[key])
-    return Projection(total + RESERVE, min(total, threads * biggest.footprint) + RESERVE, total,
+    return Projection(total + reserve, min(total, threads * biggest.footprint) + reserve, total,
                       sum(sizes.get(k, 0) for k in results), biggest, 0, len(dsk), workers, threads, False)
 
 

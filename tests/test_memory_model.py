@@ -24,7 +24,7 @@ from openclaw_dask import memory_model
 from openclaw_dask.diagnostics.analysis import analyze
 from openclaw_dask.diagnostics.collect import collect
 from openclaw_dask.errors import ConfigError
-from openclaw_dask.memory_model import RESERVE, describe, misfit, project, project_stream
+from openclaw_dask.memory_model import RESERVE, TASK_STATE, describe, misfit, project, project_stream
 
 MiB = 2**20
 SMALL = {"backend": "process", "workers": 1, "omp_threads": 2, "memory_limit": "256MiB"}
@@ -89,6 +89,10 @@ def test_a_delayed_graph_is_projected_when_its_functions_declare_what_they_retur
     tiny = dask.delayed(_sum_all)([dask.delayed(_sum_all)([]) for _ in range(100)])  # under SMALL_HELD together
     assert project([tiny], threads=2).per_worker == 101 * 8 + RESERVE and not project([tiny]).walked
     assert project([dask.delayed(_sum_all)([dask.delayed(sum)([1, 2])])]) is None  # sum declares nothing
+    many = dask.delayed(_sum_all)([dask.delayed(_sum_all)([]) for _ in range(999)])  # 1,000 tasks
+    # a distributed worker's state for its share of the tasks, where that passes the reserve; none on a local engine
+    assert project([many], workers=2).per_worker == 1000 * 8 + 500 * TASK_STATE
+    assert project([many], workers=2, relayed=False).per_worker == 1000 * 8 + RESERVE
 
 
 def test_no_array_no_projection():
