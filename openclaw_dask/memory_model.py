@@ -31,9 +31,9 @@ from openclaw_dask.errors import ConfigError
 if TYPE_CHECKING:
     from openclaw_dask.cluster import SessionLike
 
-__all__ = ["LOCAL", "MAX_WALK_TASKS", "RESERVE", "TASK_STATE", "Misfit", "Projection", "Task", "allocates", "describe", "fits", "fitting_chunk",
-           "graph_arrays", "guarded", "misfit", "project", "project_stream", "require_fit", "stream_steps",
-           "streamed", "suggest_chunk", "watched"]
+__all__ = ["LOCAL", "MAX_WALK_TASKS", "RESERVE", "TASK_STATE", "Misfit", "Projection", "Task", "allocates", "describe",
+           "fits", "fitting_chunk", "graph_arrays", "guarded", "misfit", "project", "project_stream", "require_fit",
+           "stream_steps", "streamed", "suggest_chunk", "watched"]
 
 logger = logging.getLogger("openclaw_dask.memory")
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -109,6 +109,11 @@ def project(collections: list[Any], *, workers: int = 1, threads: int = 1, satur
     ``saturation`` is distributed's ``scheduler.worker-saturation`` (``inf``: no queuing); ``relayed``: ready
     tasks reach the workers through a scheduler, a round late (distributed; not dask's local schedulers).
     """
+    return _project(_arrays(collections), workers=workers, threads=threads, saturation=saturation, relayed=relayed)
+
+
+def _project(collections: list[Any], *, workers: int, threads: int, saturation: float, relayed: bool) -> Projection | None:
+    """:func:`project` of the collections :func:`_arrays` chose (the helpers below take them so)."""
     graph = _graph(collections)
     if graph is None:
         return None
@@ -216,7 +221,6 @@ def _held_whole(dsk: dict[Any, Any], results: list[Any], workers: int, threads: 
     total = sum(sizes.values())
     if total > SMALL_HELD:
         return None
-
     key = max(dsk, key=lambda k: sum(sizes.get(d, 0) for d in getattr(dsk[k], "dependencies", ())) + sizes[k])
     biggest = Task(key_split(key), None, sum(sizes.get(d, 0) for d in getattr(dsk[key], "dependencies", ())), sizes[key])
     return Projection(total + reserve, min(total, threads * biggest.footprint) + reserve, total,
@@ -250,7 +254,7 @@ def _graph(collections: list[Any]) -> tuple[dict[str, Layout], list[Any]] | None
 
     layouts: dict[str, Layout] = {}
     results: list[Any] = []
-    for c in _arrays(collections):
+    for c in collections:
         for name, layer in getattr(c.__dask_graph__(), "layers", {}).items():
             ann = getattr(layer, "collection_annotations", None) or {}
             if ann.get("chunks") and hasattr(ann.get("dtype"), "itemsize"):
@@ -301,7 +305,7 @@ def _blockwise(collections: list[Any]) -> set[str]:
     """Names of the blockwise layers (dask fuses a chain of them into one task)."""
     from dask.blockwise import Blockwise
 
-    return {str(n) for c in _arrays(collections) for n, layer in getattr(c.__dask_graph__(), "layers", {}).items()
+    return {str(n) for c in collections for n, layer in getattr(c.__dask_graph__(), "layers", {}).items()
             if isinstance(layer, Blockwise)}
 
 
@@ -316,11 +320,13 @@ def _arrays(collections: list[Any]) -> list[Any]:
 
 def _declared(delayed: Any) -> bool:
     """Whether every task of ``delayed``'s graph returns a declared size (and there are few enough to look)."""
-    from dask._task_spec import DataNode, convert_legacy_graph
+    from dask._task_spec import DataNode, GraphNode, convert_legacy_graph
 
     graph = dict(delayed.__dask_graph__())
-    return len(graph) <= MAX_WALK_TASKS and all(
-        isinstance(t, DataNode) or _returns(t) is not None for t in convert_legacy_graph(graph).values())
+    if len(graph) > MAX_WALK_TASKS:
+        return False
+    nodes = graph.values() if all(isinstance(t, GraphNode) for t in graph.values()) else convert_legacy_graph(graph).values()
+    return all(isinstance(t, DataNode) or _returns(t) is not None for t in nodes)
 
 
 def _returns(task: Any) -> int | None:
@@ -330,7 +336,7 @@ def _returns(task: Any) -> int | None:
 
 def _tasks(collections: list[Any]) -> tuple[dict[Any, Any], int]:
     """The tasks of the array collections (empty when there are too many to walk) and how many there are."""
-    graphs = [c.__dask_graph__() for c in _arrays(collections)]
+    graphs = [c.__dask_graph__() for c in collections]
     count = sum(_layer_tasks(layer) for g in graphs for layer in getattr(g, "layers", {}).values())
     if count > MAX_WALK_TASKS:
         return {}, count
@@ -467,14 +473,14 @@ def _itemsize(key: Any, layouts: dict[str, Layout], sizes: dict[Any, int], shape
 
 
 def _sizes(dsk: dict[Any, Any], ordered: list[Any], layouts: dict[str, Layout], *, copied: bool = False) -> _Sizes:
-    """Each task's output, temporary bytes and footprint, the task with the biggest footprint, the biggest root output.
+    """Each task's output, temporary bytes and footprint, and the task with the biggest footprint.
 
     ``copied`` (more than one worker): the data persisted before that a task reads may be on another worker, and
     copied to its own: it counts in the task's inputs (on one worker it is the baseline's).
     """
     from dask.utils import key_split
 
-    out = _Sizes({}, {}, {}, set(), Task("", None, 0, 0), 0, {})
+    out = _Sizes({}, {}, {}, set(), Task("", None, 0, 0), {})
     shapes: dict[Any, tuple[int, ...] | None] = {}
     nbytes: dict[Any, int] = {}  # each output's bytes, views' too
 
@@ -510,8 +516,6 @@ def _sizes(dsk: dict[Any, Any], ordered: list[Any], layouts: dict[str, Layout], 
         if key not in out.barriers and footprint > out.biggest.footprint:
             shape = shapes[max(deps, key=out.sizes.__getitem__)] if deps and inputs > size else shapes[key]  # the bigger chunk
             out.biggest = Task(key_split(key), shape, inputs, size, out.temporary.get(key, 0))
-        if not getattr(task, "dependencies", ()):  # a root; not one that reads data persisted before (not queued)
-            out.roots = max(out.roots, size)
     return out
 
 
@@ -567,7 +571,6 @@ class _Sizes:
     footprints: dict[Any, int]
     barriers: set[Any]
     biggest: Task
-    roots: int
     owner: dict[Any, Any]  # a view -> the block whose memory it shares
 
 
@@ -720,7 +723,7 @@ def _sampled(collections: list[Any], layouts: dict[str, Layout]) -> tuple[dict[A
     from dask.array import Array
     from dask.core import flatten
 
-    for c in _arrays(collections):
+    for c in collections:
         for key in flatten(c.__dask_keys__()) if isinstance(c, Array) else ():
             sizes[key] = _block_bytes(tuple(tuple(a) for a in c.chunks), c.dtype.itemsize, _name_index(key)[1])
     return sizes, biggest, roots
@@ -918,7 +921,8 @@ def _checked(session: SessionLike, collections: list[Any], *, spill: bool = True
     """The projection of ``collections`` on ``session``'s workers, the workers, and the worst misfit (if any)."""
     import dask
 
-    if not _arrays(collections):
+    collections = _arrays(collections)
+    if not collections:
         return None  # nothing the model projects: and no need to ask the workers (a round trip on a cluster)
     workers, local = _workers(session)
     if not workers or not all(w.get("memory_limit") for w in workers.values()):
@@ -928,7 +932,7 @@ def _checked(session: SessionLike, collections: list[Any], *, spill: bool = True
         return None  # small beside this machine's memory: not worth a projection on the engine chosen for low overhead
     saturation = float(dask.config.get("distributed.scheduler.worker-saturation", 1.1)) if not local else math.inf
     threads = max(int(w.get("nthreads", 1)) for w in workers.values())
-    projection = project(collections, workers=len(workers), threads=threads, saturation=saturation, relayed=not local)
+    projection = _project(collections, workers=len(workers), threads=threads, saturation=saturation, relayed=not local)
     if projection is None:
         return None
     bound = None if local or not spill else configured_max_spill(session.backend.capabilities.owns_cluster)
