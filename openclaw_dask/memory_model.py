@@ -39,9 +39,9 @@ logger = logging.getLogger("openclaw_dask.memory")
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 RESERVE = 4 * 2**20  # per worker: task state, messages and allocator slack that no chunk size shows
-# a distributed worker's state per task of a graph, its transition log included: 6.9-8.0 KB a task measured on a fresh
-# worker (1,000 to 20,000 no-op tasks, benchmarks/task_state_memory.py), 0.9-1.4 KB once it ran a graph before;
-# counted where it passes RESERVE (graphs of more than 409 tasks a worker)
+# a distributed worker's state per output it holds: 6.9-8.0 KB a task measured on a fresh worker holding the results of
+# 1,000 to 20,000 no-op tasks for their sum (benchmarks/task_state_memory.py), 0.9-1.4 KB once it ran a graph before;
+# counted for the most outputs the walk holds at once, where that passes RESERVE (more than 409 on a worker)
 TASK_STATE = 10 * 2**10
 LOCAL = "this process"  # the one worker of a local engine (dask's threaded or synchronous scheduler)
 MAX_WALK_TASKS = 10_000  # a bigger graph is projected from its layers' chunks alone, to stay under a second
@@ -72,7 +72,7 @@ class Projection:
     ----------
     per_worker
         Projected peak bytes on each worker above its baseline (includes :data:`RESERVE`, or on a distributed
-        worker :data:`TASK_STATE` for each of its share of the tasks where that is more).
+        worker :data:`TASK_STATE` for each of its share of the outputs held at once, where that is more).
     running
         Of it, the bytes that cannot be spilled: ``threads`` running tasks, roots and the reserve.
     held
@@ -120,9 +120,8 @@ def _project(collections: list[Any], *, workers: int, threads: int, saturation: 
     layouts, results = graph
     workers, threads = max(1, workers), max(1, threads)
     dsk, count = _tasks(collections)
-    reserve = max(RESERVE, TASK_STATE * -(-count // workers)) if relayed else RESERVE
-    if not layouts and (tiny := _held_whole(dsk, results, workers, threads, reserve)) is not None:
-        return tiny
+    if not layouts and (tiny := _held_whole(dsk, results, workers, threads, _reserve(len(dsk), workers, relayed))):
+        return tiny  # a delayed graph of small declared results: all of them held
     slots = workers * threads
     if count <= MAX_WALK_TASKS:
         ordered = _toposorted(dsk)
@@ -131,7 +130,7 @@ def _project(collections: list[Any], *, workers: int, threads: int, saturation: 
         blockwise = _blockwise(collections)
         biggest, roots = sized.biggest, _root_outputs(dsk, sized, blockwise)
         relay = blockwise if relayed else None
-        held, busy = _walk(dsk, ordered, sized, results, slots, relayed=relay)
+        held, busy, keys = _walk(dsk, ordered, sized, results, slots, relayed=relay)
         carried = _carried(dsk) if relayed else 0
         share = -(-held // workers)
         if workers > 1 and (pulled := _pulled(dsk, ordered)):  # their bytes are not shared out: one worker holds them
@@ -143,9 +142,10 @@ def _project(collections: list[Any], *, workers: int, threads: int, saturation: 
         kept = sum(sizes.get(k, 0) for k in results)
         held = busy = slots * biggest.footprint
         held += kept
-        share, carried = -(-held // workers), 0
+        share, carried, keys = -(-held // workers), 0, 0
     # roots sent to a worker beyond its threads: their outputs can wait for consumers the scheduler sends later
     queued = (0 if math.isinf(saturation) else max(0, math.ceil(saturation * threads) - threads)) * roots
+    reserve = _reserve(keys, workers, relayed)
     running = max(-(-busy // workers), biggest.footprint) + queued + carried + reserve
     chunk = max((_block_bytes(c, i, None) for c, i in layouts.values()), default=0)
     # the rounds keep threads in step; real ones drift apart, one running ahead (a task and the root it reads)
@@ -208,6 +208,12 @@ def streamed(session: SessionLike) -> Iterator[Callable[[Any], None]]:
                                  workers=len(workers), threads=threads), workers)
 
     yield tell
+
+
+def _reserve(keys: int, workers: int, relayed: bool) -> int:
+    """:data:`RESERVE`, or on distributed workers :data:`TASK_STATE` for each of a worker's share of ``keys``
+    outputs held at once, where that is more."""
+    return max(RESERVE, TASK_STATE * -(-keys // max(1, workers))) if relayed else RESERVE
 
 
 def _held_whole(dsk: dict[Any, Any], results: list[Any], workers: int, threads: int, reserve: int) -> Projection | None:
@@ -617,9 +623,10 @@ def _toposorted(dsk: dict[Any, Any]) -> list[Any]:
 
 
 def _walk(dsk: dict[Any, Any], ordered: list[Any], sized: _Sizes, results: list[Any], slots: int, *,
-          relayed: set[str] | None = None) -> tuple[int, int]:
+          relayed: set[str] | None = None) -> tuple[int, int, int]:
     """Run ``dsk`` on ``slots`` threads in rounds, each starting the highest-priority ready tasks (dask's order):
-    the most bytes held at once (results kept to the end), and the most the tasks of one round held running.
+    the most bytes held at once (results kept to the end), the most the tasks of one round held running, and the
+    most outputs held at once.
 
     ``relayed`` (distributed), the graph's blockwise layers: a task whose inputs finish reaches the threads a round
     later (the worker tells the scheduler, which then sends it), and a thread runs the next task it has meanwhile
@@ -643,13 +650,15 @@ def _walk(dsk: dict[Any, Any], ordered: list[Any], sized: _Sizes, results: list[
     heapq.heapify(ready)
     kept, sizes = set(results), sized.sizes
     kept |= {sized.owner[k] for k in results if k in sized.owner}  # a result that is a view keeps its block
-    held = peak = busy = 0
+    held = peak = busy = alive = most = 0
 
     def read(key: Any) -> int:  # the bytes freed now that ``key``'s inputs have one reader fewer
+        nonlocal alive
         freed = 0
         for d in holds[key]:
             unread[d] -= 1
-            freed += sizes[d] if not unread[d] and d not in kept else 0
+            if not unread[d] and d not in kept:
+                freed, alive = freed + sizes[d], alive - 1
         return freed
 
     late: list[int] = []  # ready once the scheduler has heard their inputs finished and sent them: a round later
@@ -663,11 +672,13 @@ def _walk(dsk: dict[Any, Any], ordered: list[Any], sized: _Sizes, results: list[
         late = []
         held -= sum(read(k) for k in batch if k in sized.barriers)  # takes over its inputs' bytes
         held += sum(sizes[k] + sized.temporary.get(k, 0) for k in batch)
-        peak, busy = max(peak, held), max(busy, sum(sized.footprints[k] for k in batch))
+        alive += len(batch)
+        peak, busy, most = max(peak, held), max(busy, sum(sized.footprints[k] for k in batch)), max(most, alive)
         held -= sum(sized.temporary.get(k, 0) for k in batch)
         held -= sum(read(k) for k in batch if k not in sized.barriers)
         for key in batch:
-            held -= sizes[key] if not unread[key] and key not in kept else 0  # nothing reads it
+            if not unread[key] and key not in kept:  # nothing reads it
+                held, alive = held - sizes[key], alive - 1
             for r in readers[key]:
                 missing[r] -= 1
                 if not missing[r]:
@@ -675,7 +686,7 @@ def _walk(dsk: dict[Any, Any], ordered: list[Any], sized: _Sizes, results: list[
                         late.append(rank[r])
                     else:
                         heapq.heappush(ready, rank[r])
-    return peak, busy
+    return peak, busy, most
 
 
 def _carried(dsk: dict[Any, Any]) -> int:

@@ -39,6 +39,7 @@ class _Runs:
     parallel: deque[float] = field(default_factory=lambda: deque(maxlen=_KEPT))
     serial: deque[float] = field(default_factory=lambda: deque(maxlen=_KEPT))
     busy: float = 0.0  # task seconds of the last parallel run
+    wall: float = 0.0  # and its wall seconds
     tried: bool = False  # the serial trial was decided (run, or refused as too costly)
 
 
@@ -73,7 +74,7 @@ class PathChooser:
             return self._chose(PARALLEL, f"{_MEASURING} (no trial while profiled)", runs)
         if not runs.tried:
             runs.tried = True
-            if runs.busy > 2 * min(runs.parallel):
+            if runs.busy > 2 * runs.wall:  # the same run's: the fastest run's wall made noise refuse it for good
                 return self._chose(PARALLEL, _TOO_DEAR, runs)
             return self._chose(SERIAL, "trying this graph on one thread", runs)
         if not runs.serial:
@@ -91,7 +92,7 @@ class PathChooser:
             runs.serial.append(seconds)
         else:
             runs.parallel.append(seconds)
-            runs.busy = busy
+            runs.busy, runs.wall = busy, seconds
 
     def _chose(self, path: str, reason: str, runs: _Runs) -> str:
         self.last = Choice(path, reason, min(runs.parallel, default=None), min(runs.serial, default=None))

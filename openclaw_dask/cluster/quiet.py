@@ -6,7 +6,8 @@ running when it closed (``Async instruction ... ended with CancelledError``, whi
 itself says "should exclusively happen in Worker.close()") and every wait of a gather that the
 stop cut short (``Task exception was never retrieved ... AllExit``, distributed's internal
 signal for "stop waiting"), a worker's heartbeat that met its scheduler closing, and a worker
-whose reply to a peer's data request met that peer closed (``failed during get data``). Installed
+whose reply to a peer's data request met that peer closed (``failed during get data``), and a
+connection the stop left open, closed when it is collected (``Closing dangling stream``). Installed
 in openclaw's own worker processes (their scheduler is in the session's process) and in the
 session's process. Nothing else is filtered.
 """
@@ -31,6 +32,8 @@ class _TeardownNoise(logging.Filter):
                 return _exc_name(record) != "CommClosedError"
             # a heartbeat in flight as the scheduler closes (its process is ours)
             return not message.startswith("Failed to communicate with scheduler during heartbeat")
+        if record.name == "distributed.comm.tcp":  # a comm the stop left open, collected without its close
+            return not str(record.msg).startswith("Closing dangling stream")
         exc = record.exc_info[1] if record.exc_info else None
         return type(exc).__name__ != "AllExit" or type(exc).__module__ != "distributed.client"
 
@@ -43,8 +46,8 @@ _FILTER = _TeardownNoise("openclaw-teardown")
 
 
 def install() -> None:
-    """Put the filter on the two loggers it reads, once per process."""
-    for name in ("distributed.worker.state_machine", "distributed.worker", "asyncio"):
+    """Put the filter on the loggers it reads, once per process."""
+    for name in ("distributed.worker.state_machine", "distributed.worker", "distributed.comm.tcp", "asyncio"):
         log = logging.getLogger(name)
         if _FILTER not in log.filters:
             log.addFilter(_FILTER)
