@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import math
 import operator
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -636,15 +637,9 @@ def _walk(dsk: dict[Any, Any], ordered: list[Any], sized: _Sizes, results: list[
     import heapq
 
     rank = {k: i for i, k in enumerate(ordered)}
-    deps = {k: _inside(dsk, k) for k in dsk}
+    deps, readers = _links(dsk)
     holds = {k: _holds(ds, sized.owner, dsk) for k, ds in deps.items()}  # a view's readers keep its block alive
-    readers: dict[Any, list[Any]] = {k: [] for k in dsk}
-    unread = dict.fromkeys(dsk, 0)
-    for key, ds in deps.items():
-        for d in ds:
-            readers[d].append(key)
-        for d in holds[key]:
-            unread[d] += 1
+    unread = Counter(d for held in holds.values() for d in held)  # readers yet to run, of each output
     missing = {k: len(ds) for k, ds in deps.items()}
     ready = [rank[k] for k, ds in deps.items() if not ds]
     heapq.heapify(ready)
@@ -689,6 +684,16 @@ def _walk(dsk: dict[Any, Any], ordered: list[Any], sized: _Sizes, results: list[
     return peak, busy, most
 
 
+def _links(dsk: dict[Any, Any]) -> tuple[dict[Any, list[Any]], dict[Any, list[Any]]]:
+    """Each task's inputs inside the graph, and each task's readers."""
+    deps = {k: _inside(dsk, k) for k in dsk}
+    readers: dict[Any, list[Any]] = {k: [] for k in dsk}
+    for key, ds in deps.items():
+        for d in ds:
+            readers[d].append(key)
+    return deps, readers
+
+
 def _carried(dsk: dict[Any, Any]) -> int:
     """Bytes of the data a graph carries in it (``da.from_array`` of a NumPy array): it travels with the tasks through
     the scheduler, in messages a worker holds beside the arrays; counted whole on each worker."""
@@ -701,11 +706,7 @@ def _carried(dsk: dict[Any, Any]) -> int:
 def _root_outputs(dsk: dict[Any, Any], sized: _Sizes, blockwise: set[str]) -> int:
     """The biggest output a root task leaves once it has run: dask fuses a root into its one reader when both are
     blockwise or they are a chain (and on, down the chain), so what waits is the fused task's output."""
-    deps = {k: _inside(dsk, k) for k in dsk}
-    readers: dict[Any, list[Any]] = {k: [] for k in dsk}
-    for key, ds in deps.items():
-        for d in ds:
-            readers[d].append(key)
+    deps, readers = _links(dsk)
     biggest = 0
     for key, task in dsk.items():
         if getattr(task, "dependencies", ()):  # not a root (reading data persisted before: not queued either)
