@@ -129,15 +129,16 @@ def _project(collections: list[Any], *, workers: int, threads: int, saturation: 
         sized = _sizes(dsk, ordered, layouts, copied=workers > 1)
         kept = sum(sized.sizes.get(k, 0) for k in set(results) | {sized.owner[k] for k in results if k in sized.owner})
         blockwise = _blockwise(collections)
-        biggest, roots = sized.biggest, _root_outputs(dsk, sized, blockwise)
+        links = _links(dsk)  # the walks' and the roots' inputs and readers, made once
+        biggest, roots = sized.biggest, _root_outputs(dsk, links, sized, blockwise)
         relay = blockwise if relayed else None
-        held, busy, keys = _walk(dsk, ordered, sized, results, slots, relayed=relay)
+        held, busy, keys = _walk(dsk, links, ordered, sized, results, slots, relayed=relay)
         carried = _carried(dsk) if relayed else 0
         share = -(-held // workers)
         if workers > 1 and (pulled := _pulled(dsk, ordered)):  # their bytes are not shared out: one worker holds them
             weighted = dataclasses.replace(sized, sizes=_shared(sized.sizes, pulled, workers),
                                            temporary=_shared(sized.temporary, pulled, workers))
-            share = _walk(dsk, ordered, weighted, results, slots, relayed=relay)[0] + _copies(dsk, pulled, layouts)
+            share = _walk(dsk, links, ordered, weighted, results, slots, relayed=relay)[0] + _copies(dsk, pulled, layouts)
     else:
         sizes, biggest, roots = _sampled(collections, layouts)
         kept = sum(sizes.get(k, 0) for k in results)
@@ -228,8 +229,9 @@ def _held_whole(dsk: dict[Any, Any], results: list[Any], workers: int, threads: 
     total = sum(sizes.values())
     if total > SMALL_HELD:
         return None
-    key = max(dsk, key=lambda k: sum(sizes.get(d, 0) for d in getattr(dsk[k], "dependencies", ())) + sizes[k])
-    biggest = Task(key_split(key), None, sum(sizes.get(d, 0) for d in getattr(dsk[key], "dependencies", ())), sizes[key])
+    inputs = {k: sum(sizes.get(d, 0) for d in getattr(t, "dependencies", ())) for k, t in dsk.items()}
+    key = max(dsk, key=lambda k: inputs[k] + sizes[k])
+    biggest = Task(key_split(key), None, inputs[key], sizes[key])
     return Projection(total + reserve, min(total, threads * biggest.footprint) + reserve, total,
                       sum(sizes.get(k, 0) for k in results), biggest, 0, len(dsk), workers, threads, False)
 
@@ -623,7 +625,7 @@ def _toposorted(dsk: dict[Any, Any]) -> list[Any]:
     return sorted(dsk, key=priority.__getitem__)
 
 
-def _walk(dsk: dict[Any, Any], ordered: list[Any], sized: _Sizes, results: list[Any], slots: int, *,
+def _walk(dsk: dict[Any, Any], links: _Links, ordered: list[Any], sized: _Sizes, results: list[Any], slots: int, *,
           relayed: set[str] | None = None) -> tuple[int, int, int]:
     """Run ``dsk`` on ``slots`` threads in rounds, each starting the highest-priority ready tasks (dask's order):
     the most bytes held at once (results kept to the end), the most the tasks of one round held running, and the
@@ -637,7 +639,7 @@ def _walk(dsk: dict[Any, Any], ordered: list[Any], sized: _Sizes, results: list[
     import heapq
 
     rank = {k: i for i, k in enumerate(ordered)}
-    deps, readers = _links(dsk)
+    deps, readers = links
     holds = {k: _holds(ds, sized.owner, dsk) for k, ds in deps.items()}  # a view's readers keep its block alive
     unread = Counter(d for held in holds.values() for d in held)  # readers yet to run, of each output
     missing = {k: len(ds) for k, ds in deps.items()}
@@ -684,7 +686,10 @@ def _walk(dsk: dict[Any, Any], ordered: list[Any], sized: _Sizes, results: list[
     return peak, busy, most
 
 
-def _links(dsk: dict[Any, Any]) -> tuple[dict[Any, list[Any]], dict[Any, list[Any]]]:
+_Links = tuple[dict[Any, list[Any]], dict[Any, list[Any]]]  # each task's inputs inside the graph, and its readers
+
+
+def _links(dsk: dict[Any, Any]) -> _Links:
     """Each task's inputs inside the graph, and each task's readers."""
     deps = {k: _inside(dsk, k) for k in dsk}
     readers: dict[Any, list[Any]] = {k: [] for k in dsk}
@@ -703,10 +708,10 @@ def _carried(dsk: dict[Any, Any]) -> int:
     return sum(sizeof(node.value) for node in dsk.values() if isinstance(node, DataNode))
 
 
-def _root_outputs(dsk: dict[Any, Any], sized: _Sizes, blockwise: set[str]) -> int:
+def _root_outputs(dsk: dict[Any, Any], links: _Links, sized: _Sizes, blockwise: set[str]) -> int:
     """The biggest output a root task leaves once it has run: dask fuses a root into its one reader when both are
     blockwise or they are a chain (and on, down the chain), so what waits is the fused task's output."""
-    deps, readers = _links(dsk)
+    deps, readers = links
     biggest = 0
     for key, task in dsk.items():
         if getattr(task, "dependencies", ()):  # not a root (reading data persisted before: not queued either)
@@ -835,7 +840,7 @@ def require_fit(session: SessionLike, collections: list[Any]) -> Projection | No
 
 
 def guarded(scheduler: Any, check: Callable[[list[Any]], Any]) -> Any:
-    """``scheduler`` (a dask ``scheduler=`` callable) that first hands ``check`` the arrays of each graph it is given.
+    """``scheduler`` (a dask ``scheduler=`` callable) that first hands ``check`` what each call computes.
 
     What a plain ``x.compute()``, ``dask.compute`` or ``x.persist()`` runs on in a session, so that
     they are checked as :meth:`Session.compute <openclaw_dask.Session.compute>` is (``check``: the
@@ -873,9 +878,7 @@ class _Guarded:
 
 class _GuardedPersist(_Guarded):
     def persist(self, collections: Any, *args: Any, **kwargs: Any) -> Any:
-        arrays = _arrays(list(collections) if isinstance(collections, (list, tuple)) else [collections])
-        if arrays:
-            self.check(arrays)
+        self.check(list(collections) if isinstance(collections, (list, tuple)) else [collections])  # it picks the arrays
         return self.scheduler.persist(collections, *args, **kwargs)
 
 
