@@ -62,6 +62,27 @@ def test_no_trial_where_one_thread_could_cost_more_than_one_more_run():
     assert "more than one more run" in chooser.last.reason
 
 
+def test_runs_that_paid_page_faults_are_warm_up_not_evidence():
+    """stencil on a VM: 2 threads' first runs fault the heap in (mostly system time), then beat one thread."""
+    chooser = PathChooser(threads=2)
+    faulting = [(2.6, 4.5), (1.1, 1.5)]  # (wall, system seconds): counted, they chose one thread for good
+    for wall, system in faulting:
+        chooser.ran("a", chooser.path("a"), wall, busy=1.2, system=system)
+    assert chooser.path("a") == PARALLEL and "measuring" in chooser.last.reason
+    taken = []
+    for _ in range(5):
+        taken.append(path := chooser.path("a"))
+        chooser.ran("a", path, {PARALLEL: 0.37, SERIAL: 0.62}[path], busy=0.64, system=0.002)
+    assert taken == [PARALLEL, PARALLEL, SERIAL, PARALLEL, PARALLEL]
+    # a path that always faults is counted after _KEPT warm-ups, and a trial that only warmed up is tried again
+    always = PathChooser(threads=2)
+    taken = []
+    for _ in range(10):
+        taken.append(path := always.path("b"))
+        always.ran("b", path, {PARALLEL: 1.0, SERIAL: 0.5}[path], busy=1.0, system=0.9 if path == PARALLEL else 0.3)
+    assert taken == [PARALLEL] * 5 + [SERIAL] * 5 and always.last.serial_s == 0.5 and always.last.parallel_s == 1.0
+
+
 def test_signature_keys_the_graph_shape_not_its_data():
     def loop():
         return dask.delayed(sum)([dask.delayed(abs)(i) for i in range(40)])

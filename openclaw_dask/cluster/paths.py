@@ -7,6 +7,11 @@ paid and nothing is won. Which graphs those are depends on the machine, so it is
 graph shape (:func:`signature`: its layers' kinds, its outputs' chunks), by :class:`PathChooser`:
 
 1. The first two computes of a shape run on the task threads (the first pays for warm-up).
+   A run that spent over a quarter of its wall time in the kernel (system time: page faults
+   while the heap grows to what two threads hold at once) is warm-up too, not evidence, up to
+   :data:`_KEPT` such runs a path: on a VM where a fault costs ~1 ms, stencil's first two runs on
+   2 threads took 2.6 and 1.1 s (4.5 and 1.5 s of system time), then 370 ms each, against 620 ms
+   on one thread; counted, they chose one thread for good (docs/benchmarks.md).
 2. The third runs once on the calling thread, unless that could cost more than one more run: when
    the tasks' busy time on the threads (what the work would take one thread, or more, since threads
    slow each other down on memory) is over twice the run's wall time. That never holds on 2
@@ -30,6 +35,8 @@ PARALLEL, SERIAL = "threads", "one thread"
 _WARM_RUNS = 2  # parallel runs of a shape before it is tried on one thread (the first pays page faults)
 _KEPT = 3  # runs kept per path: the fastest of them stands for the path (noise only adds time)
 MAX_SIGNED_LAYERS = 10_000  # a bigger graph always takes the task threads: its shape would cost too much to key
+_WARMING_SHARE = 0.25  # system time over this share of a run's wall: the run paid page faults, not its path's cost
+_WARMING_MIN_S = 0.01  # ... and over this much (getrusage's figures of a short run are a few ticks of noise)
 _MEASURING = "measuring this graph on the task threads"
 _TOO_DEAR = "one thread would cost more than one more run to try"
 
@@ -41,6 +48,7 @@ class _Runs:
     busy: float = 0.0  # task seconds of the last parallel run
     wall: float = 0.0  # and its wall seconds
     tried: bool = False  # the serial trial was decided (run, or refused as too costly)
+    warming: Counter[str] = field(default_factory=Counter)  # runs per path not counted: they paid page faults
 
 
 @dataclass(frozen=True)
@@ -83,11 +91,16 @@ class PathChooser:
         return self._chose(faster, f"measured faster ({_ms(min(runs.serial))} on one thread, "
                                    f"{_ms(min(runs.parallel))} on {self.threads})", runs)
 
-    def ran(self, shape: Any, path: str, seconds: float, busy: float) -> None:
-        """Note a compute of ``shape`` on ``path``: its wall ``seconds`` and its tasks' ``busy`` seconds."""
+    def ran(self, shape: Any, path: str, seconds: float, busy: float, system: float = 0.0) -> None:
+        """Note a compute of ``shape`` on ``path``: its wall ``seconds``, its tasks' ``busy`` seconds and the
+        process's ``system`` seconds meanwhile (a run mostly in the kernel is warm-up: not counted, up to a limit)."""
         if shape is None:
             return
         runs = self._shapes.setdefault(shape, _Runs())
+        if system > max(_WARMING_SHARE * seconds, _WARMING_MIN_S) and runs.warming[path] < _KEPT:
+            runs.warming[path] += 1
+            runs.tried = runs.tried and path != SERIAL  # a trial that only warmed up is tried again
+            return
         if path == SERIAL:
             runs.serial.append(seconds)
         else:
