@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import sys
+
 import dask
 import dask.array as da
 import numpy as np
@@ -312,6 +314,40 @@ def test_local_engines_keep_freed_blocks_for_reuse_and_give_them_back_on_close(k
         assert returned >= 90, "closing the session gives it back (malloc_trim)"
     else:  # a distributed engine: the client's process is not where tasks run; keep glibc's defaults
         assert inside < 16
+
+
+_ARENA_PROBE = """
+import ctypes, os, sys, tempfile, threading
+from openclaw_dask.cluster.heap import one_arena
+if sys.argv[1] == "set":
+    print(one_arena())
+def task():  # a thread's first malloc, as a task thread's would be: glibc picks its arena then
+    block = ctypes.create_string_buffer(2**20); del block
+threads = [threading.Thread(target=task) for _ in range(4)]
+[t.start() for t in threads]; [t.join() for t in threads]
+libc = ctypes.CDLL("libc.so.6"); libc.fopen.restype = ctypes.c_void_p
+path = os.path.join(tempfile.mkdtemp(), "info.xml")
+f = libc.fopen(path.encode(), b"w"); libc.malloc_info(0, ctypes.c_void_p(f)); libc.fclose(ctypes.c_void_p(f))
+print(open(path).read().count("<heap nr="))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc arenas")
+@pytest.mark.parametrize(("how", "tuning", "arenas"), [("set", {}, 1), ("unset", {}, None),
+                                                       ("set", {"MALLOC_ARENA_MAX": "4"}, None)])
+def test_the_command_keeps_every_thread_on_the_main_heap_unless_malloc_is_tuned(how, tuning, arenas):
+    """Task threads with arenas of their own lose their freed blocks (glibc unmaps a wholly free arena heap)."""
+    import os
+    import subprocess
+
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}, **tuning}
+    out = subprocess.run([sys.executable, "-c", _ARENA_PROBE, how], capture_output=True, text=True, timeout=60, env=env,
+                         check=True).stdout.split()
+    heaps = int(out[-1])
+    if arenas is not None:
+        assert out[0] == "True" and heaps == arenas
+    else:  # glibc's default: each thread may take an arena of its own; the user's MALLOC_* tuning is left alone
+        assert heaps > 1 and out[0] in ("False", str(heaps))
 
 
 def test_arrays_are_joined_in_the_caller_not_in_a_finalize_task_on_a_worker():

@@ -127,6 +127,9 @@ class _Group(click.Group):
     """Click's usage errors as one line and exit 2, like openclaw's own."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
+        from openclaw_dask.cluster.heap import one_arena
+
+        one_arena()  # before any thread starts: task threads then share the heap a session keeps for reuse
         kwargs["standalone_mode"] = False
         try:
             return super().main(*args, **kwargs)

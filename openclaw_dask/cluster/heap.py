@@ -14,6 +14,13 @@ variables (your own tuning) turn this off. Two effects outlive it: glibc fixes i
 limit the first time it needs a second arena, so threads started in this process later may
 share the main arena; and the mmap threshold stays at 32 MiB instead of sliding up to it.
 
+That arena limit is why the ``openclaw`` command sets it as it starts (:func:`one_arena`). Set
+after some thread of the process already took its own arena (a progress display, a BLAS pool,
+a notebook kernel's threads), it is too late: task threads then take arenas of their own, whose
+heaps glibc unmaps whenever they are wholly free, however the trim threshold is set. The
+standard stencil on two threads then faulted ~6,000 pages in each run (0.3 s of system time in
+0.52 s; docs/benchmarks.md) instead of none (0.37 s a run).
+
 Not on the distributed engine: a distributed worker watches its process's memory to decide
 when to spill, and memory kept for reuse would look like a leak to it. A worker process gets a
 bounded version instead (:class:`~openclaw_dask.cluster.plugins.WorkerHeap`). distributed starts it with
@@ -35,7 +42,7 @@ import os
 import sys
 from collections.abc import Iterator
 
-__all__ = ["DISTRIBUTED_TRIM", "M_TRIM_THRESHOLD", "WORKER_HEAP", "WORKER_HEAP_MIN_LIMIT", "glibc", "heap_reuse"]
+__all__ = ["DISTRIBUTED_TRIM", "M_TRIM_THRESHOLD", "WORKER_HEAP", "WORKER_HEAP_MIN_LIMIT", "glibc", "heap_reuse", "one_arena"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -63,11 +70,29 @@ def glibc() -> ctypes.CDLL | None:
     return libc
 
 
+def _tuned_by_user() -> bool:
+    """``MALLOC_*`` variables or glibc's malloc tunables: the user's own tuning, which openclaw leaves alone."""
+    return any(k.startswith("MALLOC_") for k in os.environ) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", "")
+
+
+def one_arena() -> bool:
+    """Have every thread of this process allocate from glibc's main heap; call it before threads start.
+
+    For a process that runs sessions' tasks in its own threads, as the ``openclaw`` command does.
+    Whether it was set (glibc, and no malloc tuning of the user's).
+    """
+    libc = None if _tuned_by_user() else glibc()
+    if libc is None:
+        return False
+    libc.mallopt(M_ARENA_MAX, 1)
+    return True
+
+
 @contextlib.contextmanager
 def heap_reuse() -> Iterator[None]:
     """Keep freed blocks in the heap while the block runs; give them back on exit (glibc only)."""
     # not without glibc, or over the user's own MALLOC_* tuning
-    libc = None if any(k.startswith("MALLOC_") for k in os.environ) else glibc()
+    libc = None if _tuned_by_user() else glibc()
     if libc is not None:
         for param, value in _REUSE:
             libc.mallopt(param, value)
