@@ -53,10 +53,19 @@ class Prepared:
         return session.compute(self.build(*self.inputs))
 
     def timed(self, session: SessionLike, repeat: int, *, progress: bool = False) -> tuple[Any, list[float]]:
-        """The last of ``repeat`` runs' results, and the seconds of each run."""
+        """The last of ``repeat`` runs' results, and the seconds of each run.
+
+        Each run starts with the memory the last warm-up had (not one result more) and with no
+        garbage left for Python's collector: a full collection scans every object of the process
+        (the benchmark's own records included: 25-45 ms in a standard report), so a run that happened
+        to trigger one would be timed with the process's history, not its own work.
+        """
+        import gc
+
         result, times = None, []
         for _ in range(repeat):
-            result = None  # every run starts with the memory the last warm-up had, not one result more
+            result = None
+            gc.collect()
             t0 = time.perf_counter()
             result = self.execute(session, progress=progress)
             times.append(time.perf_counter() - t0)
