@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 import sys
@@ -59,7 +60,9 @@ WORKER_HEAP_MIN_LIMIT = 2**30
 DISTRIBUTED_TRIM = "65536"  # the MALLOC_TRIM_THRESHOLD_ distributed's nannies set; any other value is the user's
 
 
+@functools.cache  # find_library runs ldconfig: ~4 ms, at every command's start (one_arena) and every session
 def glibc() -> ctypes.CDLL | None:
+    """The C library, where it is glibc (its mallopt parameters); ``None`` elsewhere."""
     if not sys.platform.startswith("linux"):
         return None
     try:
