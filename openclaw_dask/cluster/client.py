@@ -48,7 +48,6 @@ class DistributedCluster(RunningCluster):
     """
 
     can_lose_workers = True
-    heap_reuse = False
 
     def __init__(self, backend: Backend, config: Config, client: Client, cluster: Any = None, *,
                  shuts_down: bool = False, watch: Callable[[float], str | None] | None = None) -> None:
@@ -64,6 +63,17 @@ class DistributedCluster(RunningCluster):
     @property
     def client(self) -> Client:
         return self._client
+
+    @property
+    def heap_reuse(self) -> bool:
+        """Whether this process keeps freed blocks for reuse: where no worker runs in it.
+
+        The results it gathers then reuse the memory of the last ones: a 512 MiB stencil result
+        took 0.29-0.91 s to gather into fresh pages (0.16-0.79 s of it page faults), 0.23-0.26 s
+        into reused ones. A worker in this process (thread backend, ``parallel.engine: distributed``)
+        watches the process's memory to decide when to spill, and would take kept memory for a leak.
+        """
+        return not self.backend.capabilities.in_process
 
     @property
     def scheduler(self) -> Scheduler | None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from openclaw_dask.cluster.heap import DISTRIBUTED_TRIM, M_TRIM_THRESHOLD, WORKER_HEAP, WORKER_HEAP_MIN_LIMIT, glibc
+from openclaw_dask.cluster.heap import DISTRIBUTED_TRIM, M_TRIM_THRESHOLD, WORKER_HEAP, WORKER_HEAP_MIN_LIMIT, glibc, tuned_by_user
 from openclaw_dask.cluster.worker_shape import LOGGERS, TRANSFER_KEYS
 
 if TYPE_CHECKING:
@@ -124,9 +124,8 @@ class WorkerHeap(WorkerPlugin):
         self.applied = False
 
     def setup(self, worker: Worker) -> None:
-        own = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
         limit = getattr(getattr(worker, "memory_manager", None), "memory_limit", None)
-        wanted = (os.getpid() != self.client_pid and own in ({}, {"MALLOC_TRIM_THRESHOLD_": DISTRIBUTED_TRIM})
+        wanted = (os.getpid() != self.client_pid and not tuned_by_user()
                   and (limit is None or limit >= WORKER_HEAP_MIN_LIMIT))
         libc = glibc() if wanted else None
         if libc is not None:

@@ -53,7 +53,8 @@ class Layer:
     one_blas_thread
         BLAS/OpenMP pools at one thread (tasks run in this process, each on its own task thread).
     heap_reuse
-        malloc keeps freed memory for reuse (dask's local schedulers; :mod:`~openclaw_dask.cluster.heap`).
+        malloc keeps freed memory for reuse (tasks on dask's local schedulers, or a distributed client's
+        gathered results; :mod:`~openclaw_dask.cluster.heap`).
     sized_sockets
         distributed's ``tcp`` comm backend is :class:`~openclaw_dask.cluster.sockets.SizedTCPBackend`.
     spawns_workers
