@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from openclaw_dask.cluster.heap import DISTRIBUTED_TRIM, M_TRIM_THRESHOLD, WORKER_HEAP, WORKER_HEAP_MIN_LIMIT, glibc, tuned_by_user
+from openclaw_dask.cluster.heap import (
+    DISTRIBUTED_TRIM,
+    M_TRIM_THRESHOLD,
+    WORKER_HEAP,
+    WORKER_HEAP_MIN_LIMIT,
+    glibc,
+    tuned_by_user,
+)
 from openclaw_dask.cluster.worker_shape import LOGGERS, TRANSFER_KEYS
 
 if TYPE_CHECKING:
