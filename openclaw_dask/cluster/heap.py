@@ -9,13 +9,13 @@ the ``stencil`` kernel ran slower on two threads than on one, and varied 3x from
 big blocks come from the main heap and stay there when freed, for the next task to reuse. The
 client of a distributed engine whose workers run elsewhere does the same for the results it
 gathers: a 512 MiB stencil result took 0.29-0.91 s to gather into fresh pages, 0.23-0.26 s
-into reused ones.
-Closing the session restores the limits and hands free memory back to the system
-(``malloc_trim``); with sessions inside one another it is held once, while the newest open one
-wants it (:mod:`~openclaw_dask.cluster.process_state`, its one caller), and ``MALLOC_*``
-variables or glibc's malloc tunables (your own tuning, :func:`tuned_by_user`) turn this off. Two effects outlive it: glibc fixes its arena
-limit the first time it needs a second arena, so threads started in this process later may
-share the main arena; and the mmap threshold stays at 32 MiB instead of sliding up to it.
+into reused ones. Closing the session restores the limits and hands free memory back to the
+system (``malloc_trim``); with sessions inside one another it is held once, while the newest
+open one wants it (:mod:`~openclaw_dask.cluster.process_state`, its one caller), and
+``MALLOC_*`` variables or glibc's malloc tunables (your own tuning, :func:`tuned_by_user`) turn
+this off. Two effects outlive it: glibc fixes its arena limit the first time it needs a second
+arena, so threads started in this process later may share the main arena; and the mmap
+threshold stays at 32 MiB instead of sliding up to it.
 
 That arena limit is why the ``openclaw`` command sets it as it starts (:func:`one_arena`). Set
 after some thread of the process already took its own arena (a progress display, a BLAS pool,
