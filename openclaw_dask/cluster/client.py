@@ -55,6 +55,8 @@ class DistributedCluster(RunningCluster):
 
         super().__init__(backend, config)
         self._client, self.cluster, self.shuts_down, self._watch = client, cluster, shuts_down, watch
+        # gathered results reuse freed blocks (cluster/heap.py), unless a worker here would take them for a leak
+        self.heap_reuse = not backend.capabilities.in_process
         latency.prompt(client, self.scheduler)  # a compute waits on work, not on message-batching deadlines
         quiet.install()  # a run stopped under distributed logs its teardown: not the user's news
         code_names.install()  # a failing task's traceback names the user's file, not <dynamic-code>
@@ -63,17 +65,6 @@ class DistributedCluster(RunningCluster):
     @property
     def client(self) -> Client:
         return self._client
-
-    @property
-    def heap_reuse(self) -> bool:
-        """Whether this process keeps freed blocks for reuse: where no worker runs in it.
-
-        The results it gathers then reuse the memory of the last ones: a 512 MiB stencil result
-        took 0.29-0.91 s to gather into fresh pages (0.16-0.79 s of it page faults), 0.23-0.26 s
-        into reused ones. A worker in this process (thread backend, ``parallel.engine: distributed``)
-        watches the process's memory to decide when to spill, and would take kept memory for a leak.
-        """
-        return not self.backend.capabilities.in_process
 
     @property
     def scheduler(self) -> Scheduler | None:

@@ -74,6 +74,7 @@ class RunningCluster(abc.ABC):
     """
 
     can_lose_workers: ClassVar[bool] = False  # its workers are processes that can die while it runs
+    heap_reuse: bool = True  # malloc keeps freed blocks for this process's tasks (cluster/heap.py)
     cluster: Any = None
     scheduler: Any = None
     threads: int = 1
@@ -84,14 +85,6 @@ class RunningCluster(abc.ABC):
         self.backend, self.config = backend, config
         self.engine = backend.engine(config)
         self.status = "running"
-
-    @property
-    def heap_reuse(self) -> bool:
-        """Whether malloc keeps freed blocks in this process for reuse (:mod:`~openclaw_dask.cluster.heap`).
-
-        Yes here: tasks run in this process on dask's local schedulers, and their chunk temporaries reuse them.
-        """
-        return True
 
     @property
     def closed(self) -> bool:
