@@ -158,3 +158,84 @@ def test_worker_processes_reuse_freed_blocks_unless_their_limit_is_small(limit, 
     with start({**ENGINES["process"], "parallel.workers": 1, "cluster.memory_limit": limit}) as s:
         faults = s.client.submit(page_faults_of_2mib_temporaries, pure=False).result()
     assert (faults < 5 * 512) if reused else (faults > 40 * 512)
+
+
+def page_faults_of_64mib_temporaries(n=8):
+    import resource
+
+    np.ones(2**23).sum()  # the heap grows once
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(n):
+        np.ones(2**23).sum()  # 64 MiB: a chunk-sized temporary, above glibc's 32 MiB mmap threshold
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+def worker_malloc_environment():
+    import os
+
+    return {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
+
+
+@pytest.mark.parametrize(("limit", "reused"), [("auto", True), ("256MiB", False)])
+def test_worker_processes_start_with_one_arena_and_reuse_chunk_sized_blocks(limit, reused):
+    # Fresh 64 MiB blocks fault in at least 32 pages each (2 MiB huge pages; 16,384 of 4 KiB), reused ones none
+    with start({**ENGINES["process"], "parallel.workers": 1, "cluster.memory_limit": limit}) as s:
+        assert s.client.run(worker_malloc_environment).popitem()[1]["MALLOC_ARENA_MAX"] == "1"
+        faults = s.client.submit(page_faults_of_64mib_temporaries, pure=False).result()
+    assert (faults < 32) if reused else (faults > 7 * 32)
+
+
+def test_a_worker_left_to_its_own_malloc_tuning_gets_no_arena_limit(monkeypatch):
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    with start({**ENGINES["process"], "parallel.workers": 1}) as s:
+        assert s.client.run(worker_malloc_environment).popitem()[1]["MALLOC_ARENA_MAX"] == "4"
+
+
+def hole_kept_then(wait_s):
+    """Free pages of a 300 MiB hole in this worker's heap: given back at once, and after ``wait_s`` seconds (bytes)."""
+    import ctypes
+    import time
+
+    import psutil
+
+    libc, process = ctypes.CDLL("libc.so.6"), psutil.Process()
+    libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+
+    def block(n):
+        address = libc.malloc(n)
+        ctypes.memset(address, 1, n)
+        return address
+
+    blocks = [block(100 * 2**20) for _ in range(3)]  # each under a 1 GiB worker's mmap threshold (128 MiB): from the heap
+    top = block(2**20)  # holds the heap's top: the freed blocks are a hole, which no trim threshold trims
+    full = process.memory_info().rss
+    for address in blocks:
+        libc.free(address)
+    at_once = full - process.memory_info().rss
+    time.sleep(wait_s)
+    later = full - process.memory_info().rss
+    libc.free(top)
+    return at_once, later
+
+
+@pytest.mark.parametrize(("spill", "trimmed"), [(0.7, False), (0.2, True)])
+def test_a_worker_keeps_freed_blocks_until_its_memory_nears_the_spill_point(spill, trimmed):
+    # a 1 GiB worker keeps blocks up to 128 MiB+ in its heap; above 0.9 x spill x limit it gives free pages back
+    config = {**ENGINES["process"], "parallel.workers": 1, "cluster.memory_limit": "1GiB",
+              "dask.distributed.worker.memory.spill": spill}
+    with start(config) as s:
+        released_at_once, released_later = s.client.submit(hole_kept_then, 1.0, pure=False).result()
+    assert released_at_once < 16 * 2**20, "a freed block in the heap stays for the next task"
+    assert (released_later > 280 * 2**20) if trimmed else (released_later < 16 * 2**20)
+
+
+def test_worker_heap_thresholds_follow_the_memory_limit():
+    from openclaw_dask.cluster.heap import M_TRIM_THRESHOLD, trim_point, tuned_by_user, worker_heap
+
+    mib = 2**20
+    assert worker_heap(16 * 2**30, True) == worker_heap(None, True) == ((-3, 1024 * mib), (M_TRIM_THRESHOLD, 1024 * mib))
+    assert worker_heap(2 * 2**30, True) == ((-3, 256 * mib), (M_TRIM_THRESHOLD, 256 * mib))
+    assert worker_heap(2**30, False) == ((-3, 32 * mib), (M_TRIM_THRESHOLD, 4 * mib))  # arenas of its own: no big blocks
+    assert trim_point(1000, (0.7, 0.8)) == 630 and trim_point(1000, (False, 0.5)) == 450
+    assert trim_point(1000, (False, False)) is None
+    assert not tuned_by_user() or any(k.startswith("MALLOC_") for k in __import__("os").environ)

@@ -33,6 +33,17 @@ freed. The pipeline kernel's stages (2 MiB batches) ran 3x (``load``) and 8x (``
 slower in a worker process than the same calls in the client. With blocks under 32 MiB from
 the heap and at most 4 MiB of free memory kept at its top, they run as fast as in the client,
 and the worker's memory grew by under 4 MiB (docs/benchmarks.md, "Worker heap").
+
+Chunk-sized blocks need more. A worker process that a nanny of a session spawns starts with
+one arena (:data:`WORKER_ARENA`, in its environment at spawn: glibc reads it as the process
+starts, before any thread could take an arena of its own), so that its task threads' blocks of
+any size can come from the main heap. Its mmap and trim thresholds then grow with its memory
+limit (:func:`worker_heap`: an eighth of it, at most 1 GiB): on the standard stencil each
+worker's 256 MiB temporaries had cost 0.2-1.5 s of system time a run in fresh pages, and
+cost 0.05-0.08 s when reused. What it keeps is bounded twice: no more than that threshold free
+at the heap's top, and all its free pages go back to the system (``malloc_trim``) whenever
+the worker's memory comes near the point where distributed would spill or pause
+(:func:`trim_point`), before the memory monitor could take kept blocks for data.
 """
 
 from __future__ import annotations
@@ -44,9 +55,10 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-__all__ = ["DISTRIBUTED_TRIM", "M_TRIM_THRESHOLD", "WORKER_HEAP", "WORKER_HEAP_MIN_LIMIT", "glibc", "heap_reuse", "one_arena", "tuned_by_user"]
+__all__ = ["DISTRIBUTED_TRIM", "M_TRIM_THRESHOLD", "WORKER_ARENA", "WORKER_HEAP_MIN_LIMIT", "glibc", "heap_reuse", "one_arena",
+           "trim_point", "tuned_by_user", "worker_heap"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -57,10 +69,14 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -3, -4, -8
 _REUSE = ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, -1), (M_ARENA_MAX, 1))
 # Setting any of them ends glibc's sliding mmap threshold for good: put it where it slides to (32 MiB).
 _DEFAULTS = ((M_MMAP_MAX, 65536), (M_TRIM_THRESHOLD, 128 * 1024), (M_MMAP_THRESHOLD, 32 * 2**20), (M_ARENA_MAX, 0))
-# A worker process: blocks under 32 MiB from the heap, at most 4 MiB free kept at its top (bounded, for the memory monitor)
-WORKER_HEAP = ((M_MMAP_THRESHOLD, 32 * 2**20), (M_TRIM_THRESHOLD, 4 * 2**20))
+# A worker process with arenas of its own: blocks under 32 MiB from the heap, at most 4 MiB free kept at its top
+_WORKER_HEAP = ((M_MMAP_THRESHOLD, 32 * 2**20), (M_TRIM_THRESHOLD, 4 * 2**20))
 WORKER_HEAP_MIN_LIMIT = 2**30
-DISTRIBUTED_TRIM = "65536"  # the MALLOC_TRIM_THRESHOLD_ distributed's nannies set; any other value is the user's
+_WORKER_KEEP_MAX = 2**30  # the most a one-arena worker keeps at its heap's top: a 1 GiB threshold, whatever its limit
+DISTRIBUTED_TRIM = "65536"  # the MALLOC_TRIM_THRESHOLD_ distributed's nannies set
+WORKER_ARENA = {"MALLOC_ARENA_MAX": "1"}  # what a session's nannies spawn worker processes with
+# set by distributed or openclaw, not the user's own tuning
+_OURS = {"MALLOC_TRIM_THRESHOLD_": DISTRIBUTED_TRIM, **WORKER_ARENA}
 
 
 @functools.cache  # find_library runs ldconfig: ~4 ms, at every command's start (one_arena) and every session
@@ -79,11 +95,17 @@ def glibc() -> ctypes.CDLL | None:
 def tuned_by_user() -> bool:
     """``MALLOC_*`` variables or glibc's malloc tunables: the user's own tuning, which openclaw leaves alone.
 
-    Not the trim threshold distributed's nannies write into the environment of the process that
-    spawns workers (and so into each worker's) with its own value, :data:`DISTRIBUTED_TRIM`.
+    Not what nannies write into the environment of the process that spawns workers (and so into
+    each worker's): distributed's trim threshold, :data:`DISTRIBUTED_TRIM`, and the session's
+    :data:`WORKER_ARENA`.
     """
     own = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
-    return own not in ({}, {"MALLOC_TRIM_THRESHOLD_": DISTRIBUTED_TRIM}) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", "")
+    return any(_OURS.get(k) != v for k, v in own.items()) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", "")
+
+
+def _ours() -> ctypes.CDLL | None:
+    """glibc, where openclaw may tune its malloc: not over the user's own tuning."""
+    return None if tuned_by_user() else glibc()
 
 
 def one_arena() -> bool:
@@ -92,7 +114,7 @@ def one_arena() -> bool:
     For a process that runs sessions' tasks in its own threads, as the ``openclaw`` command does.
     Whether it was set (glibc, and no malloc tuning of the user's).
     """
-    libc = None if tuned_by_user() else glibc()
+    libc = _ours()
     if libc is None:
         return False
     libc.mallopt(M_ARENA_MAX, 1)
@@ -102,8 +124,7 @@ def one_arena() -> bool:
 @contextlib.contextmanager
 def heap_reuse() -> Iterator[None]:
     """Keep freed blocks in the heap while the block runs; give them back on exit (glibc only)."""
-    # not without glibc, or over the user's own MALLOC_* tuning
-    libc = None if tuned_by_user() else glibc()
+    libc = _ours()
     if libc is not None:
         for param, value in _REUSE:
             libc.mallopt(param, value)
@@ -115,3 +136,25 @@ def heap_reuse() -> Iterator[None]:
             for param, value in _DEFAULTS:
                 libc.mallopt(param, value)
             libc.malloc_trim(0)
+
+
+def worker_heap(limit: int | None, one_arena: bool) -> tuple[tuple[int, int], ...]:
+    """The ``mallopt`` settings of a worker process with memory limit ``limit`` (bytes; ``None``: no limit), pure.
+
+    With ``one_arena`` (:data:`WORKER_ARENA`), blocks up to an eighth of the limit (32 MiB to 1 GiB)
+    come from the heap and as much is kept free at its top; else blocks under 32 MiB and 4 MiB kept.
+    """
+    if not one_arena:
+        return _WORKER_HEAP
+    keep = _WORKER_KEEP_MAX if limit is None else min(_WORKER_KEEP_MAX, max(32 * 2**20, limit // 8))
+    return ((M_MMAP_THRESHOLD, keep), (M_TRIM_THRESHOLD, keep))
+
+
+def trim_point(limit: int, fractions: Iterable[float | bool | None]) -> int | None:
+    """The process memory (bytes) above which a worker gives its free heap pages back, pure.
+
+    Nine tenths of the lowest of distributed's ``spill`` and ``pause`` fractions of ``limit`` (those
+    not turned off): kept blocks go before its memory monitor counts them as data. ``None``: both off.
+    """
+    on = [f for f in fractions if f]
+    return int(0.9 * min(on) * limit) if on else None
