@@ -8,7 +8,8 @@ Setup order (teardown is the reverse, by construction):
    (:func:`~openclaw_dask.cluster.settings.dask_settings`), log levels, SIGTERM unwinding the stack
    as Ctrl-C does, the sized TCP comm backend where socket buffers are asked for, and BLAS/OpenMP
    pools at one thread when tasks run in this process;
-3. the running engine (:meth:`Backend.start <openclaw_dask.cluster.Backend.start>`); what
+3. the running engine (:meth:`Backend.start <openclaw_dask.cluster.Backend.start>`), its threads on glibc's
+   main heap (:func:`~openclaw_dask.cluster.heap.one_arena`); what
    ``dask.compute`` runs on joins the layer (:meth:`RunningCluster.dask_config
    <openclaw_dask.cluster.RunningCluster.dask_config>`, each graph's arrays checked first by the session's memory
    check: :func:`~openclaw_dask.memory_model.guarded`), with freed memory kept for reuse on dask's local schedulers;
@@ -39,6 +40,7 @@ __all__ = ["Terminated", "build", "watch"]
 def build(stack: contextlib.ExitStack, session: SessionLike) -> RunningCluster:
     """Take parts 1-4 of ``session`` on ``stack`` and return the running engine."""
     from openclaw_dask import memory_model
+    from openclaw_dask.cluster.heap import one_arena
     from openclaw_dask.cluster.process_state import PROCESS, Layer
     from openclaw_dask.cluster.scratch import scratch
     from openclaw_dask.cluster.settings import dask_settings, for_engine, needs_distributed
@@ -62,6 +64,8 @@ def build(stack: contextlib.ExitStack, session: SessionLike) -> RunningCluster:
     stack.enter_context(PROCESS.holding(owner, layer))
     if config.monitoring.prometheus:
         require_prometheus_client()  # before anything starts
+    # before the engine's threads start (a client's IO loop receives results): blocks they free stay reusable
+    one_arena()
     running = stack.enter_context(backend.start(config))
     # a plain x.compute() in the session runs where Session.compute does, checked as it is
     engine = running.dask_config()

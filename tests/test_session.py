@@ -317,6 +317,12 @@ def test_local_engines_keep_freed_blocks_for_reuse_and_give_them_back_on_close(k
         assert inside < 16
 
 
+_HEAPS = """
+libc = ctypes.CDLL("libc.so.6"); libc.fopen.restype = ctypes.c_void_p
+path = os.path.join(tempfile.mkdtemp(), "info.xml")
+f = libc.fopen(path.encode(), b"w"); libc.malloc_info(0, ctypes.c_void_p(f)); libc.fclose(ctypes.c_void_p(f))
+print(open(path).read().count("<heap nr="))
+"""
 _ARENA_PROBE = """
 import ctypes, os, sys, tempfile, threading
 from openclaw_dask.cluster.heap import one_arena
@@ -326,11 +332,18 @@ def task():  # a thread's first malloc, as a task thread's would be: glibc picks
     block = ctypes.create_string_buffer(2**20); del block
 threads = [threading.Thread(target=task) for _ in range(4)]
 [t.start() for t in threads]; [t.join() for t in threads]
-libc = ctypes.CDLL("libc.so.6"); libc.fopen.restype = ctypes.c_void_p
-path = os.path.join(tempfile.mkdtemp(), "info.xml")
-f = libc.fopen(path.encode(), b"w"); libc.malloc_info(0, ctypes.c_void_p(f)); libc.fclose(ctypes.c_void_p(f))
-print(open(path).read().count("<heap nr="))
-"""
+""" + _HEAPS
+_SESSION_ARENA_PROBE = """
+import ctypes, os, resource, tempfile
+import openclaw_dask
+if __name__ == "__main__":
+    with openclaw_dask.session(backend="process", workers=1) as s:
+        x = s.persist(s.array((4096, 4096), fill="random"))  # 128 MiB, gathered into this process by the client's threads
+        s.compute(x + 1)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        s.compute(x + 1)
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+""" + _HEAPS.replace("\n", "\n        ")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc arenas")
@@ -388,3 +401,18 @@ def test_cluster_settings_are_the_cluster_s_keywords_and_the_environment_comes_b
             s.compute(s.array((10,), fill="ones").sum())
         inner = dict(os.environ)
     assert {k for k in set(before) | set(inner) if before.get(k) != inner.get(k) and k != "__DASK_PARENT_PID"} == set()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc arenas")
+def test_a_session_in_a_script_gathers_results_into_reused_blocks_on_the_main_heap(tmp_path):
+    """The client's threads start after the session has asked for one arena: a result's blocks come back reused."""
+    import os
+    import subprocess
+
+    script = tmp_path / "probe.py"
+    script.write_text(_SESSION_ARENA_PROBE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    faults, heaps = map(int, subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env,
+                                            check=True, cwd=tmp_path).stdout.split()[-2:])
+    assert heaps == 1
+    assert faults < 32, f"{faults} page faults: the second 128 MiB result reuses the first one's pages (fresh: 32,768, or 64 huge pages)"
