@@ -172,7 +172,7 @@ def test_ctrl_c_as_the_worker_processes_spawn_is_one_line(tmp_path):
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
-        while not any("spawn_main" in " ".join(c.cmdline()) for c in _children(proc)):
+        while not any("spawn_main" in _cmdline(c) for c in _children(proc)):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.005)
         time.sleep(0.05)  # the child is importing openclaw now
@@ -192,6 +192,13 @@ def _children(proc: subprocess.Popen) -> list[psutil.Process]:
     with contextlib.suppress(psutil.Error):
         return psutil.Process(proc.pid).children(recursive=True)
     return []
+
+
+def _cmdline(child: psutil.Process) -> str:
+    """``child``'s command line; empty once it has exited (a zombie until reaped: a short-lived helper process)."""
+    with contextlib.suppress(psutil.Error):
+        return " ".join(child.cmdline())
+    return ""
 
 
 # --- item 11: a lost scheduler ----------------------------------------------------------------------

@@ -22,7 +22,10 @@ after some thread of the process already took its own arena (a progress display,
 a notebook kernel's threads), it is too late: task threads then take arenas of their own, whose
 heaps glibc unmaps whenever they are wholly free, however the trim threshold is set. The
 standard stencil on two threads then faulted ~6,000 pages in each run (0.3 s of system time in
-0.52 s; docs/benchmarks.md) instead of none (0.37 s a run).
+0.52 s; docs/benchmarks.md) instead of none (0.37 s a run). A session sets it too, before its
+engine starts: a distributed client's IO thread receives results into blocks of its own arena
+otherwise, and in a script a 128 MiB result was fresh pages at every compute (six heaps, where
+the session now leaves one).
 
 Not where a distributed worker runs: it watches its process's memory to decide when to
 spill, and memory kept for reuse would look like a leak to it. A worker process gets a
@@ -33,17 +36,6 @@ freed. The pipeline kernel's stages (2 MiB batches) ran 3x (``load``) and 8x (``
 slower in a worker process than the same calls in the client. With blocks under 32 MiB from
 the heap and at most 4 MiB of free memory kept at its top, they run as fast as in the client,
 and the worker's memory grew by under 4 MiB (docs/benchmarks.md, "Worker heap").
-
-Chunk-sized blocks need more. A worker process that a nanny of a session spawns starts with
-one arena (:data:`WORKER_ARENA`, in its environment at spawn: glibc reads it as the process
-starts, before any thread could take an arena of its own), so that its task threads' blocks of
-any size can come from the main heap. Its mmap and trim thresholds then grow with its memory
-limit (:func:`worker_heap`: an eighth of it, at most 1 GiB): on the standard stencil each
-worker's 256 MiB temporaries had cost 0.2-1.5 s of system time a run in fresh pages, and
-cost 0.05-0.08 s when reused. What it keeps is bounded twice: no more than that threshold free
-at the heap's top, and all its free pages go back to the system (``malloc_trim``) whenever
-the worker's memory comes near the point where distributed would spill or pause
-(:func:`trim_point`), before the memory monitor could take kept blocks for data.
 """
 
 from __future__ import annotations
@@ -55,10 +47,9 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
-__all__ = ["DISTRIBUTED_TRIM", "M_TRIM_THRESHOLD", "WORKER_ARENA", "WORKER_HEAP_MIN_LIMIT", "glibc", "heap_reuse", "one_arena",
-           "trim_point", "tuned_by_user", "worker_heap"]
+__all__ = ["DISTRIBUTED_TRIM", "M_TRIM_THRESHOLD", "WORKER_HEAP", "WORKER_HEAP_MIN_LIMIT", "glibc", "heap_reuse", "one_arena", "tuned_by_user"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -69,42 +60,44 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -3, -4, -8
 _REUSE = ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, -1), (M_ARENA_MAX, 1))
 # Setting any of them ends glibc's sliding mmap threshold for good: put it where it slides to (32 MiB).
 _DEFAULTS = ((M_MMAP_MAX, 65536), (M_TRIM_THRESHOLD, 128 * 1024), (M_MMAP_THRESHOLD, 32 * 2**20), (M_ARENA_MAX, 0))
-# A worker process with arenas of its own: blocks under 32 MiB from the heap, at most 4 MiB free kept at its top
-_WORKER_HEAP = ((M_MMAP_THRESHOLD, 32 * 2**20), (M_TRIM_THRESHOLD, 4 * 2**20))
+# A worker process: blocks under 32 MiB from the heap, at most 4 MiB free kept at its top (bounded, for the memory monitor)
+WORKER_HEAP = ((M_MMAP_THRESHOLD, 32 * 2**20), (M_TRIM_THRESHOLD, 4 * 2**20))
 WORKER_HEAP_MIN_LIMIT = 2**30
-_WORKER_KEEP_MAX = 2**30  # the most a one-arena worker keeps at its heap's top: a 1 GiB threshold, whatever its limit
-DISTRIBUTED_TRIM = "65536"  # the MALLOC_TRIM_THRESHOLD_ distributed's nannies set
-WORKER_ARENA = {"MALLOC_ARENA_MAX": "1"}  # what a session's nannies spawn worker processes with
-# set by distributed or openclaw, not the user's own tuning
-_OURS = {"MALLOC_TRIM_THRESHOLD_": DISTRIBUTED_TRIM, **WORKER_ARENA}
+DISTRIBUTED_TRIM = "65536"  # the MALLOC_TRIM_THRESHOLD_ distributed's nannies set; any other value is the user's
 
 
-@functools.cache  # find_library runs ldconfig: ~4 ms, at every command's start (one_arena) and every session
+@functools.cache
 def glibc() -> ctypes.CDLL | None:
     """The C library, where it is glibc (its mallopt parameters); ``None`` elsewhere."""
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.gnu_get_libc_version  # noqa: B018  (musl and others have no mallopt parameters to set)
-    except (OSError, AttributeError):
-        return None
-    return libc
+    for name in _libc_names():
+        try:
+            libc = ctypes.CDLL(name)
+            libc.gnu_get_libc_version  # noqa: B018  (musl and others have no mallopt parameters to set)
+        except (OSError, AttributeError, TypeError):  # TypeError: find_library found none
+            continue
+        return libc
+    return None
+
+
+def _libc_names() -> Iterator[str | None]:
+    yield "libc.so.6"  # glibc's own name, tried first: find_library runs ldconfig in a child process (~4 ms)
+    yield ctypes.util.find_library("c")
 
 
 def tuned_by_user() -> bool:
     """``MALLOC_*`` variables or glibc's malloc tunables: the user's own tuning, which openclaw leaves alone.
 
-    Not what nannies write into the environment of the process that spawns workers (and so into
-    each worker's): distributed's trim threshold, :data:`DISTRIBUTED_TRIM`, and the session's
-    :data:`WORKER_ARENA`.
+    Not the trim threshold distributed's nannies write into the environment of the process that
+    spawns workers (and so into each worker's) with its own value, :data:`DISTRIBUTED_TRIM`.
     """
     own = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
-    return any(_OURS.get(k) != v for k, v in own.items()) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", "")
+    return own not in ({}, {"MALLOC_TRIM_THRESHOLD_": DISTRIBUTED_TRIM}) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", "")
 
 
 def _ours() -> ctypes.CDLL | None:
-    """glibc, where openclaw may tune its malloc: not over the user's own tuning."""
+    """glibc, where openclaw may tune its malloc: not without glibc, nor over the user's own tuning."""
     return None if tuned_by_user() else glibc()
 
 
@@ -136,25 +129,3 @@ def heap_reuse() -> Iterator[None]:
             for param, value in _DEFAULTS:
                 libc.mallopt(param, value)
             libc.malloc_trim(0)
-
-
-def worker_heap(limit: int | None, one_arena: bool) -> tuple[tuple[int, int], ...]:
-    """The ``mallopt`` settings of a worker process with memory limit ``limit`` (bytes; ``None``: no limit), pure.
-
-    With ``one_arena`` (:data:`WORKER_ARENA`), blocks up to an eighth of the limit (32 MiB to 1 GiB)
-    come from the heap and as much is kept free at its top; else blocks under 32 MiB and 4 MiB kept.
-    """
-    if not one_arena:
-        return _WORKER_HEAP
-    keep = _WORKER_KEEP_MAX if limit is None else min(_WORKER_KEEP_MAX, max(32 * 2**20, limit // 8))
-    return ((M_MMAP_THRESHOLD, keep), (M_TRIM_THRESHOLD, keep))
-
-
-def trim_point(limit: int, fractions: Iterable[float | bool | None]) -> int | None:
-    """The process memory (bytes) above which a worker gives its free heap pages back, pure.
-
-    Nine tenths of the lowest of distributed's ``spill`` and ``pause`` fractions of ``limit`` (those
-    not turned off): kept blocks go before its memory monitor counts them as data. ``None``: both off.
-    """
-    on = [f for f in fractions if f]
-    return int(0.9 * min(on) * limit) if on else None

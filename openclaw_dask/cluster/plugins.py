@@ -11,12 +11,10 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from openclaw_dask.cluster.heap import (
     DISTRIBUTED_TRIM,
     M_TRIM_THRESHOLD,
-    WORKER_ARENA,
+    WORKER_HEAP,
     WORKER_HEAP_MIN_LIMIT,
     glibc,
-    trim_point,
     tuned_by_user,
-    worker_heap,
 )
 from openclaw_dask.cluster.worker_shape import LOGGERS, TRANSFER_KEYS
 
@@ -117,9 +115,8 @@ class BlasThreads(WorkerPlugin):
 
 
 class WorkerHeap(WorkerPlugin):
-    """:func:`~openclaw_dask.cluster.heap.worker_heap` in each worker process, its free pages given back above
-    :func:`~openclaw_dask.cluster.heap.trim_point`; distributed's trim threshold back at teardown (why:
-    :mod:`openclaw_dask.cluster.heap`).
+    """:data:`~openclaw_dask.cluster.heap.WORKER_HEAP` in each worker process; distributed's trim threshold back
+    at teardown (why: :mod:`openclaw_dask.cluster.heap`).
 
     Not in the session's own process (the thread backend's in-process worker: :func:`~openclaw_dask.cluster.heap.heap_reuse`
     decides there), not over the user's own ``MALLOC_*`` tuning, and not under a memory limit
@@ -128,43 +125,23 @@ class WorkerHeap(WorkerPlugin):
     """
 
     name = "openclaw-worker-heap"
-    trimming = "openclaw-heap-trim"  # its periodic callback on the worker
 
     def __init__(self) -> None:
         self.client_pid = os.getpid()
         self.applied = False
 
     def setup(self, worker: Worker) -> None:
-        memory = getattr(worker, "memory_manager", None)
-        limit = getattr(memory, "memory_limit", None)
+        limit = getattr(getattr(worker, "memory_manager", None), "memory_limit", None)
         wanted = (os.getpid() != self.client_pid and not tuned_by_user()
                   and (limit is None or limit >= WORKER_HEAP_MIN_LIMIT))
         libc = glibc() if wanted else None
-        if libc is None:
-            return
-        one_arena = all(os.environ.get(k) == v for k, v in WORKER_ARENA.items())  # read by glibc as the process started
-        for param, value in worker_heap(limit, one_arena):
-            libc.mallopt(param, value)
-        self.applied = True
-        point = trim_point(limit, (memory.memory_spill_fraction, memory.memory_pause_fraction)) if memory and limit else None
-        if memory is not None and point is not None:
-            from tornado.ioloop import PeriodicCallback
-
-            every = 1000 * memory.memory_monitor_interval  # as often as distributed's memory monitor looks
-            worker.periodic_callbacks[self.trimming] = callback = PeriodicCallback(lambda: _trim_above(worker, libc, point), every)
-            callback.start()
+        if libc is not None:
+            for param, value in WORKER_HEAP:
+                libc.mallopt(param, value)
+            self.applied = True
 
     def teardown(self, worker: Worker) -> None:
-        callback = worker.periodic_callbacks.pop(self.trimming, None)
-        if callback is not None:
-            callback.stop()
         libc = glibc() if self.applied else None
         if libc is not None:
             libc.mallopt(M_TRIM_THRESHOLD, int(DISTRIBUTED_TRIM))
             libc.malloc_trim(0)
-
-
-def _trim_above(worker: Worker, libc: Any, point: int) -> None:
-    """Free heap pages back to the system while the worker's memory is above ``point`` bytes."""
-    if worker.monitor.get_process_memory() > point:  # what distributed's memory monitor reads (a fresh sample)
-        libc.malloc_trim(0)
