@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import ipaddress
 import os
 import re
@@ -141,8 +142,14 @@ def test_require_encryption_refuses_every_plain_connection_from_the_session(dask
             with pytest.raises(RuntimeError, match="encryption required"):
                 Client(plain_address, timeout=5)
         else:
-            with Client(plain_address, timeout=5) as c:
-                assert c.scheduler.address == plain_address
+            # Twice in CI (never alone) the client's IO-loop thread did not start within distributed's 10 s:
+            # every thread's stack goes to stderr if it stalls again, to say what held it
+            faulthandler.dump_traceback_later(8)
+            try:
+                with Client(plain_address, timeout=5) as c:
+                    assert c.scheduler.address == plain_address
+            finally:
+                faulthandler.cancel_dump_traceback_later()
 
 
 # -- an existing TLS deployment (backend remote) --------------------------------------------
