@@ -319,9 +319,10 @@ def test_local_engines_keep_freed_blocks_for_reuse_and_give_them_back_on_close(k
 
 _HEAPS = """
 libc = ctypes.CDLL("libc.so.6"); libc.fopen.restype = ctypes.c_void_p
-path = os.path.join(tempfile.mkdtemp(), "info.xml")
-f = libc.fopen(path.encode(), b"w"); libc.malloc_info(0, ctypes.c_void_p(f)); libc.fclose(ctypes.c_void_p(f))
-print(open(path).read().count("<heap nr="))
+with tempfile.TemporaryDirectory() as folder:
+    path = os.path.join(folder, "info.xml").encode()
+    f = libc.fopen(path, b"w"); libc.malloc_info(0, ctypes.c_void_p(f)); libc.fclose(ctypes.c_void_p(f))
+    print(open(path).read().count("<heap nr="))
 """
 _ARENA_PROBE = """
 import ctypes, os, sys, tempfile, threading
