@@ -49,7 +49,8 @@ import os
 import sys
 from collections.abc import Iterator
 
-__all__ = ["DISTRIBUTED_TRIM", "M_TRIM_THRESHOLD", "WORKER_HEAP", "WORKER_HEAP_MIN_LIMIT", "glibc", "heap_reuse", "one_arena", "tuned_by_user"]
+__all__ = ["DISTRIBUTED_TRIM", "M_TRIM_THRESHOLD", "WORKER_HEAP", "WORKER_HEAP_MIN_LIMIT", "glibc", "heap_reuse", "one_arena", "tunable_glibc",
+           "tuned_by_user"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -96,7 +97,7 @@ def tuned_by_user() -> bool:
     return own not in ({}, {"MALLOC_TRIM_THRESHOLD_": DISTRIBUTED_TRIM}) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", "")
 
 
-def _ours() -> ctypes.CDLL | None:
+def tunable_glibc() -> ctypes.CDLL | None:
     """glibc, where openclaw may tune its malloc: not without glibc, nor over the user's own tuning."""
     return None if tuned_by_user() else glibc()
 
@@ -107,7 +108,7 @@ def one_arena() -> bool:
     For a process that runs sessions' tasks in its own threads, as the ``openclaw`` command does.
     Whether it was set (glibc, and no malloc tuning of the user's).
     """
-    libc = _ours()
+    libc = tunable_glibc()
     if libc is None:
         return False
     libc.mallopt(M_ARENA_MAX, 1)
@@ -117,7 +118,7 @@ def one_arena() -> bool:
 @contextlib.contextmanager
 def heap_reuse() -> Iterator[None]:
     """Keep freed blocks in the heap while the block runs; give them back on exit (glibc only)."""
-    libc = _ours()
+    libc = tunable_glibc()
     if libc is not None:
         for param, value in _REUSE:
             libc.mallopt(param, value)

@@ -14,7 +14,7 @@ from openclaw_dask.cluster.heap import (
     WORKER_HEAP,
     WORKER_HEAP_MIN_LIMIT,
     glibc,
-    tuned_by_user,
+    tunable_glibc,
 )
 from openclaw_dask.cluster.worker_shape import LOGGERS, TRANSFER_KEYS
 
@@ -132,9 +132,8 @@ class WorkerHeap(WorkerPlugin):
 
     def setup(self, worker: Worker) -> None:
         limit = getattr(getattr(worker, "memory_manager", None), "memory_limit", None)
-        wanted = (os.getpid() != self.client_pid and not tuned_by_user()
-                  and (limit is None or limit >= WORKER_HEAP_MIN_LIMIT))
-        libc = glibc() if wanted else None
+        wanted = os.getpid() != self.client_pid and (limit is None or limit >= WORKER_HEAP_MIN_LIMIT)
+        libc = tunable_glibc() if wanted else None
         if libc is not None:
             for param, value in WORKER_HEAP:
                 libc.mallopt(param, value)
