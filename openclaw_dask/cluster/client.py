@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from openclaw_dask.cluster.base import Backend
     from openclaw_dask.config import Config
 
-__all__ = ["DistributedCluster", "SchedulerComm", "lost_scheduler", "run_errors"]
+__all__ = ["DistributedCluster", "SchedulerComm", "lost_scheduler", "new_client", "run_errors"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -284,6 +284,31 @@ def run_errors(running: DistributedCluster) -> Iterator[None]:
         if lost:
             raise RunError(lost) from None
         raise RunError(lost_scheduler(getattr(client.scheduler, "address", None), "connection lost")) from None
+
+
+def new_client(*args: Any, **kwargs: Any) -> Client:
+    """A new :class:`distributed.Client` (same arguments), or its error with no half-made client left running.
+
+    A client whose start fails (a plain connection under ``require_encryption``, say) keeps its
+    IO-loop thread until the garbage collector finds it. If that happens in the IO-loop thread of
+    the next client as it starts, both wait on distributed's one ``LoopRunner`` lock and the new
+    client fails after 10 s (seen in CI, then reproduced). So the half-made client is closed here,
+    at once, in the thread that made it.
+    """
+    import traceback
+
+    from distributed import Client
+
+    try:
+        return Client(*args, **kwargs)
+    except BaseException as e:
+        for frame, _ in traceback.walk_tb(e.__traceback__):
+            half_made = frame.f_locals.get("self")
+            if isinstance(half_made, Client):
+                with contextlib.suppress(Exception):  # the start's own error is the one to report
+                    half_made.close()
+                break
+        raise
 
 
 class SchedulerComm:

@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.base import Backend, Capabilities
-from openclaw_dask.cluster.client import DistributedCluster
+from openclaw_dask.cluster.client import DistributedCluster, new_client
 from openclaw_dask.cluster.k8s_template import make_cluster_spec
 from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.cluster.worker_shape import blas_env, task_threads
@@ -157,7 +157,6 @@ class KubernetesBackend(Backend):
         """Create the DaskCluster (never reuse one of that name: closing deletes what it made) and connect."""
         from dask_kubernetes.operator import KubeCluster
         from dask_kubernetes.operator.kubecluster.kubecluster import CreateMode
-        from distributed import Client
 
         spec = cluster_spec(config)
         try:
@@ -171,7 +170,7 @@ class KubernetesBackend(Backend):
                                     "operator is installed; if the resource was made, remove it with "
                                     f"kubectl delete daskcluster {k.cluster_name} -n {k.namespace}") from e
         try:
-            client = Client(cluster, timeout=config.parallel.timeout)
+            client = new_client(cluster, timeout=config.parallel.timeout)
         except BaseException:
             cluster.close()
             raise

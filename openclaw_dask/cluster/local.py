@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - older dask
     from concurrent.futures import ThreadPoolExecutor as _Executor  # type: ignore[assignment]  # its base class, same use
 
 from openclaw_dask.cluster.base import Backend, Capabilities, Engine
-from openclaw_dask.cluster.client import DistributedCluster
+from openclaw_dask.cluster.client import DistributedCluster, new_client
 from openclaw_dask.cluster.main_guard import refuse_unguarded_main
 from openclaw_dask.cluster.network import (
     bind_host,
@@ -115,7 +115,6 @@ class LocalBackend(Backend):
 
     def start(self, config: Config) -> RunningCluster:
         """Start the cluster and connect a client to it."""
-        from distributed import Client
 
         kwargs = self.plan(config)
         if "security" in kwargs:  # one Security for the cluster and its client
@@ -133,7 +132,7 @@ class LocalBackend(Backend):
             require_http_port(config, http, cluster.scheduler)  # taken between the check and the start
             try:
                 # results come straight from the workers, which are on this machine, not relayed by the scheduler
-                client = Client(cluster, timeout=config.parallel.timeout, security=kwargs.get("security"), direct_to_workers=True)
+                client = new_client(cluster, timeout=config.parallel.timeout, security=kwargs.get("security"), direct_to_workers=True)
             except Exception as e:
                 raise ClusterStartError(f"could not connect to the {self.name} cluster ({type(e).__name__}: {e})") from e
             undo.pop_all()

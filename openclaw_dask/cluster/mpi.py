@@ -33,7 +33,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.base import Backend, Capabilities
-from openclaw_dask.cluster.client import DistributedCluster
+from openclaw_dask.cluster.client import DistributedCluster, new_client
 from openclaw_dask.cluster.network import bind_host, dashboard_on, http_address, interface_of, protocol
 from openclaw_dask.cluster.plugins import BlasThreads
 from openclaw_dask.cluster.running import RunningCluster
@@ -224,7 +224,6 @@ class MpiJob:
             return ""
 
     def connect(self, config: Config, workers: int) -> Any:
-        from distributed import Client
 
         timeout = config.parallel.timeout
         deadline = time.monotonic() + timeout
@@ -236,7 +235,7 @@ class MpiJob:
             time.sleep(0.05)
         self.address = json.loads(self.scheduler_file.read_text())["address"]
         try:
-            client = Client(self.address, timeout=timeout)
+            client = new_client(self.address, timeout=timeout)
             client.wait_for_workers(workers, timeout=max(1.0, deadline - time.monotonic()))
         except (OSError, TimeoutError) as e:
             raise ClusterStartError(
@@ -297,7 +296,6 @@ def _lost_rank(log: str) -> str:
 
 def _join(backend: MpiBackend, config: Config, rank: int, size: int) -> RunningCluster:
     from dask_mpi import initialize
-    from distributed import Client
 
     if size < 3:
         raise ConfigError(f"backend mpi under mpirun needs at least 3 ranks (scheduler, client, one worker), got {size}",
@@ -332,7 +330,7 @@ def _join(backend: MpiBackend, config: Config, rank: int, size: int) -> RunningC
     if not is_client:
         # scheduler or worker rank: the cluster has shut down, this rank's work is done
         raise SystemExit(0)
-    client = Client(timeout=p.timeout)  # initialize put the address in dask.config
+    client = new_client(timeout=p.timeout)  # initialize put the address in dask.config
     client.wait_for_workers(workers, timeout=p.timeout)
     logger.info("joined MPI job of %d ranks as the client (rank %d)", size, rank)
     return DistributedCluster(backend, config, client, shuts_down=True)

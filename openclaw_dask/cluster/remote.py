@@ -8,7 +8,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.base import Backend, Capabilities
-from openclaw_dask.cluster.client import DistributedCluster, lost_scheduler
+from openclaw_dask.cluster.client import DistributedCluster, lost_scheduler, new_client
 from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.cluster.security import security_for
 from openclaw_dask.errors import ClusterStartError, ConfigError
@@ -121,7 +121,6 @@ def _address(config: Config) -> str:
 
 def _connect(address: str, timeout: float, security: Any) -> Any:
     """A client of the scheduler at ``address``, or one :class:`ClusterStartError` that says why not."""
-    from distributed import Client
     from distributed.comm.core import CommClosedError, FatalCommClosedError
 
     tls_failed = (
@@ -136,7 +135,7 @@ def _connect(address: str, timeout: float, security: Any) -> Any:
     if why is not None:
         raise ClusterStartError(unreachable.format(why))
     try:
-        return Client(address, timeout=timeout, security=security)
+        return new_client(address, timeout=timeout, security=security)
     except FatalCommClosedError as e:  # the TLS handshake itself failed
         raise ClusterStartError(tls_failed.format(_tls_reason(e))) from None
     except ValueError as e:

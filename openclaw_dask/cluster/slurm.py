@@ -39,7 +39,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.base import Backend, Capabilities
-from openclaw_dask.cluster.client import DistributedCluster
+from openclaw_dask.cluster.client import DistributedCluster, new_client
 from openclaw_dask.cluster.network import protocol
 from openclaw_dask.cluster.running import RunningCluster
 from openclaw_dask.cluster.security import security_for, tls_plan
@@ -197,7 +197,6 @@ class SlurmBackend(Backend):
         Inside a step of ``srun -n N`` nothing is submitted: the step's tasks are the cluster
         (:mod:`openclaw_dask.cluster.slurm_tasks`); only task 1 returns from here.
         """
-        from distributed import Client
 
         step = allocation_step()
         if step is not None:
@@ -217,7 +216,7 @@ class SlurmBackend(Backend):
                 raise ClusterStartError(f"could not set up the Slurm worker jobs ({first_line(e)})") from e
             undo.callback(_cancel_all, cluster)
             _submit(cluster, n // kwargs["processes"])
-            client = Client(cluster, timeout=config.parallel.timeout, security=kwargs["security"])
+            client = new_client(cluster, timeout=config.parallel.timeout, security=kwargs["security"])
             undo.callback(client.close)
             _wait_for_workers(cluster, client, n)
             undo.pop_all()

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from openclaw_dask.cluster.client import DistributedCluster
+from openclaw_dask.cluster.client import DistributedCluster, new_client
 from openclaw_dask.cluster.network import bind_host, dashboard_address, http_host, protocol
 from openclaw_dask.cluster.worker_shape import blas_env, task_threads
 from openclaw_dask.errors import ClusterStartError, ConfigError, ResizeError, first_line
@@ -180,13 +180,12 @@ async def _worker(config: Config, backend: Backend, step: Step) -> None:
 
 
 def _connect(backend: Backend, config: Config, step: Step) -> DistributedCluster:
-    from distributed import Client
 
     timeout, workers = config.parallel.timeout, step.tasks - 2
     deadline = time.monotonic() + timeout
     try:
         address = asyncio.run(_address(step, timeout))
-        client = Client(address, timeout=timeout, security=_security(config))
+        client = new_client(address, timeout=timeout, security=_security(config))
     except (OSError, TimeoutError) as e:
         raise ClusterStartError(f"srun task 1 (the client): {first_line(e)}") from None
     try:

@@ -34,7 +34,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.base import Backend, Capabilities
-from openclaw_dask.cluster.client import DistributedCluster
+from openclaw_dask.cluster.client import DistributedCluster, new_client
 from openclaw_dask.cluster.network import http_host, protocol
 from openclaw_dask.cluster.plugins import BlasThreads
 from openclaw_dask.cluster.security import security_for, tls_plan
@@ -225,7 +225,6 @@ class SshBackend(Backend):
 
     def start(self, config: Config) -> RunningCluster:
         """Probe every host, start the scheduler and the workers over SSH, and connect a client."""
-        from distributed import Client
 
         plan = self.plan(config)
         cores = probe_hosts(config)
@@ -241,7 +240,7 @@ class SshBackend(Backend):
             undo.callback(cluster.close)
             _drain(cluster)
             try:
-                client = Client(cluster, timeout=config.parallel.timeout, security=security)
+                client = new_client(cluster, timeout=config.parallel.timeout, security=security)
             except Exception as e:
                 raise ClusterStartError(f"could not connect to the ssh cluster's scheduler ({type(e).__name__}: {e})") from e
             undo.pop_all()
