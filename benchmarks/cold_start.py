@@ -1,8 +1,8 @@
 """Cold start: a tiny job as a whole fresh process, openclaw against plain Dask scripts, run in turn.
 
-Four scripts sum ``arange(1000)`` in two chunks and exit: plain dask (threaded scheduler),
+Five scripts sum ``arange(1000)`` in two chunks and exit: plain dask (threaded scheduler),
 openclaw on the thread backend, a plain ``LocalCluster`` of 2 worker processes, and openclaw on
-the process backend with 2 workers. Each round runs the four in turn (after one warm-up round),
+the process backend with 2 workers, spawned and forked. Each round runs the five in turn (after one warm-up round),
 so drift falls on all alike; the table gives each script's median wall time and its ratio to
 the plain threaded script and to the plain ``LocalCluster`` one.
 
@@ -43,6 +43,12 @@ SCRIPTS = {
         import openclaw_dask
         if __name__ == "__main__":
             with openclaw_dask.session(backend="process", workers=2) as s:
+                assert s.compute(s.array((1000,), fill="arange", chunks=500).sum()) == 499500
+        """,
+    "openclaw process, 2 workers, worker_start fork": """
+        import openclaw_dask
+        if __name__ == "__main__":
+            with openclaw_dask.session(backend="process", workers=2, worker_start="fork") as s:
                 assert s.compute(s.array((1000,), fill="arange", chunks=500).sum()) == 499500
         """,
 }

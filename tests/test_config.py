@@ -354,6 +354,8 @@ def test_dataflow_keys_are_accepted(key, value):
         ({"host": "0.0.0.0"}, "non-loopback address without TLS"),
         ({"host": "example.org"}, "non-loopback address without TLS"),
         ({"dashboard": "0.0.0.0:8787"}, "dashboard on a non-loopback address"),
+        ({"worker_start": "fork"}, "forks the worker processes of backend process (backend is thread)"),
+        ({"backend": "remote", "scheduler_address": "tcp://127.0.0.1:1", "worker_start": "fork"}, "(backend is remote)"),
     ],
 )
 def test_combinations_that_cannot_run(overrides, needle):

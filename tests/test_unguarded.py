@@ -119,6 +119,21 @@ def test_forked_workers_run_nothing_of_the_script_so_nothing_is_refused(tmp_path
     assert r.stdout.splitlines() == [f"({str(script)!r}, 3)", "None"]
 
 
+def test_a_forked_session_needs_no_guard_and_its_workers_share_what_this_process_made(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""\
+        import sys, types
+        import openclaw_dask
+        sys.modules["made_by_the_parent"] = types.ModuleType("made_by_the_parent")
+        with openclaw_dask.session(backend="process", workers=2, worker_start="fork", timeout="30s") as s:
+            seen = s.client.run(lambda: "made_by_the_parent" in sys.modules)
+            print("RESULT", int(s.compute(s.array((1000,), fill="arange").sum())), sorted(seen.values()))
+    """))
+    r = _python(script, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "RESULT 499500 [True, True]" in r.stdout  # spawned workers would not have it (and refuse the unguarded start)
+
+
 @pytest.mark.parametrize(("source", "line", "guarded"), [
     ("x = 1\nstart()\nif __name__ == '__main__':\n    pass\n", 2, False),  # a guard after the line guards nothing
     ("if __name__ == '__main__':\n    start()\n", 2, True),

@@ -108,6 +108,9 @@ class Capabilities:
         Its workers are batch jobs of a Slurm cluster: the ``slurm`` section applies.
     ssh
         Its scheduler and workers are started over SSH on other machines: the ``ssh`` section applies.
+    fork
+        Its worker processes can start as copies of this process (``cluster.worker_start: fork``):
+        local processes with no GPU, which CUDA does not allow in a copy.
     local_memory
         Its workers run on this machine and share its memory: their ``cluster.memory_limit``
         together (:meth:`Backend.memory_workers` of them) must fit in it. ``False`` where the
@@ -128,6 +131,7 @@ class Capabilities:
     pods: bool = False
     jobs: bool = False
     ssh: bool = False
+    fork: bool = False
     local_memory: bool = False
 
 

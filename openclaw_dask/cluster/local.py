@@ -352,7 +352,7 @@ class ProcessBackend(LocalBackend):
 
     name = "process"
     capabilities = Capabilities(worker_processes=True, resize=True, adapt=True, prometheus=True, tls=True, socket_buffers=True,
-                                local_memory=True)
+                                fork=True, local_memory=True)
     task_overhead_s = 0.0027  # measured with 2 workers (benchmarks/task_overhead.py)
     tasks_run_here = True  # worker processes of this machine, in this environment
 
@@ -378,4 +378,6 @@ class ProcessBackend(LocalBackend):
         if not dashboard_on(config, self):
             settings.update(_NO_DASHBOARD_LINK)
         add_preload(settings, ("openclaw_dask.cluster.interrupt_preload",), ("worker",))
+        # each nanny reads it as it starts (or restarts) its worker; main_guard reads it too
+        settings["distributed.worker.multiprocessing-method"] = config.cluster.worker_start
         return settings

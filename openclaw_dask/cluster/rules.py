@@ -7,6 +7,7 @@ adds its own rules in its module. Messages name the built-in backends that *can*
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from openclaw_dask.cluster.catalog import BUILTIN, builtin
@@ -51,6 +52,12 @@ def _check_shape(backend: Backend, config: Config) -> None:
         raise ConfigError.at(config, "parallel.engine", f"dask's threaded scheduler runs in this process: backend "
                              f"{able('threaded')} (backend {name} always runs a distributed cluster)",
                              hint="set parallel.engine=auto, or parallel.backend=thread")
+    if config.cluster.worker_start == "fork" and not cap.fork:
+        raise ConfigError.at(config, "cluster.worker_start", f"forks the worker processes of backend {able('fork')} "
+                             f"(backend is {name})", hint="remove it")
+    if config.cluster.worker_start == "fork" and sys.platform != "linux":
+        raise ConfigError.at(config, "cluster.worker_start", f"fork is offered on Linux only (this is {sys.platform})",
+                             hint="set cluster.worker_start=spawn")
     if config.cluster.scheduler_address and cap.owns_cluster:
         raise ConfigError.at(config, "cluster.scheduler_address", f"used only with backend remote (backend is {name})",
                              hint="remove it or set parallel.backend=remote")

@@ -141,6 +141,11 @@ class ClusterConfig:
         memory limit per worker process: auto (system memory / workers) or a size""")
     preload: tuple[str, ...] = setting(v.text_list, [], """
         modules or .py files every scheduler and worker openclaw starts imports first (dask --preload)""")
+    worker_start: str = setting(v.choice("spawn", "fork"), "spawn", """
+        backend process, how each worker process starts: spawn = a fresh interpreter that imports everything again and
+        reruns the main script's top level, so a script needs `if __name__ == "__main__":` | fork = a copy of this
+        process (Linux only), ready sooner and with no guard needed; each worker shares this process's memory as it
+        was (copy-on-write), and that memory counts toward its memory_limit, so start the session before loading data""")
     local_directory: str = setting(v.local_directory, "auto", """
         where workers spill and keep scratch files: auto = a temporary folder for each session, removed when the
         session ends (normal exit, error, Ctrl-C, SIGTERM) | a folder path, kept""")
