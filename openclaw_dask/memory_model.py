@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from openclaw_dask.cluster import shared_results
+from openclaw_dask.cluster.compute import as_computed
 from openclaw_dask.cluster.stall import configured_max_spill
 from openclaw_dask.config.keys import MEMORY_CHECK, MEMORY_LIMIT, TASK_CHUNK_SIZE
 from openclaw_dask.errors import ConfigError
@@ -573,6 +575,10 @@ def allocates(inputs: float = 0, output: float = 0, *, returns: int | None = Non
     return declare
 
 
+# a shared result's write maps its block's pages of the result beside the block (cluster/shared_results.py)
+allocates(inputs=1)(shared_results.write_block)
+
+
 @dataclass
 class _Sizes:
     sizes: dict[Any, int]
@@ -802,12 +808,14 @@ def describe(projection: Projection, over: Misfit) -> str:
             f"but it may use {fb(over.allowed)}" + (f" and spill {fb(over.spill)}" if over.spill else ""))
 
 
-def require_fit(session: SessionLike, collections: list[Any]) -> Projection | None:
+def require_fit(session: SessionLike, collections: list[Any], *, computed: bool = False) -> Projection | None:
     """Refuse (or warn of, per ``cluster.memory_check``) ``collections`` projected over a worker's memory.
 
     Returns the projection (``None``: not checked: off, no workers with a limit, or no array graph).
     On a local engine (dask's threaded or synchronous scheduler) the one worker is this process: what
     it may use is the pause fraction of its memory now plus the machine's available memory.
+    ``computed``: they go to ``Session.compute``, which may have workers write large arrays straight
+    into this process (:mod:`~openclaw_dask.cluster.shared_results`): projected as they run then.
 
     Raises
     ------
@@ -816,6 +824,9 @@ def require_fit(session: SessionLike, collections: list[Any]) -> Projection | No
         bytes, and the ``task_chunk_size`` or ``cluster.memory_limit`` that would fit.
     """
     mode = session.config.cluster.memory_check
+    shared = getattr(session.running, "results", None)  # a distributed engine's (cluster/shared_results.py)
+    if computed and mode != "off" and shared is not None:
+        collections = as_computed(session.running.client, collections, shared)  # type: ignore[union-attr]
     checked = _checked(session, collections) if mode != "off" else None
     if checked is None:
         return None

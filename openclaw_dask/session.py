@@ -145,7 +145,7 @@ class Session:
         One collection gives its result; several give a tuple, as :func:`dask.compute`.
         Failed tasks are retried (``fault_tolerance.retries``); tiny delayed tasks run batched (:mod:`.dataflow.small_tasks`).
         """
-        memory_model.require_fit(self, list(collections))  # refused before any task runs
+        memory_model.require_fit(self, list(collections), computed=True)  # refused before any task runs
         run, unpack, self.small_tasks = batch_small_tasks(self, list(collections))
         results = unpack(running_of(self).compute(run, **kwargs))
         return results[0] if len(collections) == 1 else results

@@ -202,7 +202,7 @@ def test_measured_peak_within_projection(threads, by_threads):
         graph = make()  # built here: a rechunk chooses p2p with the session's client
         before = _rss(s)
         with collect(s) as record:
-            projected = memory_model.require_fit(s, [graph])
+            projected = memory_model.require_fit(s, [graph], computed=True)  # as s.compute projects it
             s.compute(graph)
         (worker,) = record.workers.values()
         measured = worker.peak_memory - before

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.network import dashboard_on
 from openclaw_dask.cluster.running import Progress, Recorder, RunningCluster, signals_deferred
+from openclaw_dask.cluster.shared_results import SharedResults
 
 if TYPE_CHECKING:
     from distributed import Client, Scheduler
@@ -55,8 +56,8 @@ class DistributedCluster(RunningCluster):
 
         super().__init__(backend, config)
         self._client, self.cluster, self.shuts_down, self._watch = client, cluster, shuts_down, watch
-        # gathered results reuse freed blocks (cluster/heap.py), unless a worker here would take them for a leak
-        self.heap_reuse = not backend.capabilities.in_process
+        self.heap_reuse = not backend.capabilities.in_process  # results reuse freed blocks; a worker here would not (heap.py)
+        self.results = SharedResults.for_workers(backend.capabilities)
         latency.prompt(client, self.scheduler)  # a compute waits on work, not on message-batching deadlines
         quiet.install()  # a run stopped under distributed logs its teardown: not the user's news
         code_names.install()  # a failing task's traceback names the user's file, not <dynamic-code>
@@ -94,7 +95,7 @@ class DistributedCluster(RunningCluster):
 
         kwargs.setdefault("retries", self.config.fault_tolerance.retries)
         with run_errors(self):
-            return compute(self._client, collections, watch=self.stall_watch, **kwargs)
+            return compute(self._client, collections, watch=self.stall_watch, shared=self.results, **kwargs)
 
     def persist(self, collection: Any, progress: Progress | None = None) -> Any:
         persisted = self._client.persist(collection, retries=self.config.fault_tolerance.retries)
@@ -241,6 +242,8 @@ def _close(running: DistributedCluster) -> None:
     finally:
         client_log.setLevel(level)
         client_log.removeFilter(_silent)
+        if running.results is not None:  # after the workers: none of them writes into a buffer any more
+            running.results.close()
     logger.debug("closed %s cluster", running.backend.name)
 
 

@@ -17,16 +17,21 @@ moves on to the client, and the run pays one more scheduling round (about 5-7 ms
 on two worker processes here). For dask arrays :func:`compute` gathers the chunks instead
 and joins them in the calling process with dask's own ``finalize``, as dask's local
 schedulers do (a 128 MiB result 373 -> 131 ms on the process backend, benchmarks/local_engine.py).
-Other collections (dataframes, bags, delayed, a mix) keep ``client.compute``.
+Other collections (dataframes, bags, delayed, a mix) keep ``client.compute``. Where the workers
+are other processes of this machine, an array of 32 MiB or more is not gathered at all: its
+final tasks write their chunks into a buffer the client maps (:mod:`~openclaw_dask.cluster.shared_results`).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["compute", "fresh_get"]
+if TYPE_CHECKING:
+    from openclaw_dask.cluster.shared_results import Buffer, SharedResults
+
+__all__ = ["as_computed", "compute", "fresh_get"]
 
 Watch = Callable[[list[Any]], contextlib.AbstractContextManager[Any]]  # entered around a wait, given its futures
 
@@ -39,11 +44,13 @@ def _unwatched(futures: list[Any]) -> contextlib.AbstractContextManager[Any]:
 _GET_KEYWORDS = frozenset({"optimize_graph", "retries", "workers", "allow_other_workers", "resources", "priority", "fifo_timeout"})
 
 
-def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, **kwargs: Any) -> tuple[Any, ...]:
+def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, shared: SharedResults | None = None,
+            **kwargs: Any) -> tuple[Any, ...]:
     """The results of ``collections`` computed on ``client``, in order, each computed anew.
 
     ``watch(futures)`` is entered around the wait for them (the session's stall watch,
-    :mod:`~openclaw_dask.cluster.stall`).
+    :mod:`~openclaw_dask.cluster.stall`). With ``shared`` (workers on this machine), large
+    arrays are written by their workers straight into the client's memory (:mod:`~openclaw_dask.cluster.shared_results`).
     """
     import dask.array as da
 
@@ -51,13 +58,51 @@ def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, *
         return tuple(_gathered(client, client.compute(collections, **kwargs), watch))
     from dask.base import collections_to_expr
 
-    expr = collections_to_expr(collections, kwargs.pop("optimize_graph", True)).optimize()
-    chunks = _gathered(client, client.get(expr, expr.__dask_keys__(), sync=False, **kwargs), watch)
+    lent = _lent(client, collections, shared)
+    written = [array if buf is None else _written(array, buf.path) for array, buf in zip(collections, lent, strict=True)]
+    try:
+        expr = collections_to_expr(written, kwargs.pop("optimize_graph", True)).optimize()
+        chunks = _gathered(client, client.get(expr, expr.__dask_keys__(), sync=False, **kwargs), watch)
+    except BaseException:
+        for unfinished in filter(None, lent):  # its tasks may still be writing: never lent again
+            shared.discard(unfinished)  # type: ignore[union-attr]
+        raise
     results = []
-    for array, parts in zip(collections, chunks, strict=True):
+    for array, buf, parts in zip(collections, lent, chunks, strict=True):
+        if buf is not None:
+            results.append(buf.array(array.shape, array.dtype))
+            continue
         finalize, args = array.__dask_postcompute__()
         results.append(finalize(parts, *args))
     return tuple(results)
+
+
+def _lent(client: Any, collections: list[Any], shared: SharedResults | None) -> list[Buffer | None]:
+    """Per array, the buffer its workers write it into, or ``None`` for chunks gathered over the comm."""
+    if shared is None or not any(map(shared.wants, collections)) or not shared.ready(client):
+        return [None] * len(collections)
+    return [shared.lend(array.nbytes) if shared.wants(array) else None for array in collections]
+
+
+def as_computed(client: Any, collections: list[Any], shared: SharedResults) -> list[Any]:
+    """``collections`` with the writes :func:`compute` adds to those that take ``shared`` (nothing lent)."""
+    import dask.array as da
+
+    if not all(isinstance(c, da.Array) for c in collections) or not any(map(shared.wants, collections)):
+        return collections
+    if not shared.ready(client):
+        return collections
+    return [_written(c, "(projected)") if shared.wants(c) else c for c in collections]
+
+
+def _written(array: Any, path: str) -> Any:
+    """``array``'s chunks written into the buffer at ``path`` by the tasks that make them; a one-byte receipt each."""
+    import numpy as np
+
+    from openclaw_dask.cluster.shared_results import write_block
+
+    receipts = tuple((1,) * len(c) for c in array.chunks)
+    return array.map_blocks(write_block, path, array.shape, dtype=np.int8, chunks=receipts)
 
 
 def fresh_get(client: Any, watch: Watch = _unwatched) -> Callable[..., Any]:

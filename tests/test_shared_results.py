@@ -1,0 +1,136 @@
+"""Large array results written by worker processes straight into the client's memory (issue 26, goal 2).
+
+One process session for the module; the size from which an array takes the shared path is
+lowered to 64 KiB so that small arrays exercise it. Every result is checked against NumPy, in
+any chunking, dtype and layout; a result's buffer is reused only once nothing of the user's can
+see it; a failed compute never lends its buffer again; closing the session gives every buffer back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+
+import dask.array as da
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import openclaw_dask
+from openclaw_dask.cluster import shared_results
+from openclaw_dask.errors import RunError
+
+pytestmark = pytest.mark.filterwarnings("ignore::dask.array.core.PerformanceWarning")  # small chunks, on purpose
+
+
+@pytest.fixture(scope="module")
+def session():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(shared_results, "MIN_BYTES", 64 * 2**10)
+        with openclaw_dask.session(backend="process", workers=2, timeout="30s") as s:
+            yield s
+
+
+def _shared(result: np.ndarray) -> bool:
+    """The result lies in a shared buffer (an ``mmap``), not in arrays gathered over the comm."""
+    base = result
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return isinstance(base, mmap.mmap)
+
+
+def _buffers(s) -> list:
+    results = s.running.results
+    return results._lent + results._free
+
+
+def test_a_large_array_comes_back_through_shared_memory_and_equals_numpy(session):
+    a = np.arange(300 * 200, dtype=np.float64).reshape(300, 200)
+    x = da.from_array(a, chunks=(70, 90))
+    y = (x * 2 + 1).T
+    r = session.compute(y)
+    assert _shared(r) and r.flags.writeable
+    np.testing.assert_array_equal(r, (a * 2 + 1).T)
+
+
+def test_small_and_object_arrays_keep_the_comm_and_a_mix_is_right_in_order(session):
+    big = da.arange(50_000, chunks=12_345, dtype=np.int64)
+    small = da.arange(10, chunks=3)
+    words = da.from_array(np.array(["a", "bc"] * 5000, dtype=object), chunks=3000)
+    r_small, r_big, r_words = session.compute(small, big, words)
+    assert _shared(r_big) and not _shared(r_small) and not _shared(r_words)
+    np.testing.assert_array_equal(r_big, np.arange(50_000))
+    np.testing.assert_array_equal(r_small, np.arange(10))
+    assert list(r_words[:3]) == ["a", "bc", "a"]
+
+
+def test_a_buffer_is_lent_again_only_when_nothing_of_the_user_s_sees_it(session):
+    x = da.ones((256, 256), chunks=100)
+    first = session.compute(x)
+    address = first.__array_interface__["data"][0]
+    view = first[10:20]
+    del first
+    held = session.compute(x + 1)  # the first buffer is still seen through the view
+    assert held.__array_interface__["data"][0] != address
+    np.testing.assert_array_equal(view, 1)
+    del view
+    again = session.compute(x + 2)  # now it is free
+    assert again.__array_interface__["data"][0] == address
+    np.testing.assert_array_equal(again, 3)
+    np.testing.assert_array_equal(held, 2)  # and the one held was not written over
+
+
+def test_a_compute_that_fails_never_lends_its_buffer_again(session):
+    def boom(block):
+        if block[0, 0] > 100:
+            raise ValueError("planted")
+        return block
+
+    x = da.arange(256 * 256, dtype=np.float64).reshape(256, 256).rechunk(64)
+    before = {id(b) for b in _buffers(session)}
+    with pytest.raises((RunError, ValueError), match="planted"):
+        session.compute(x.map_blocks(boom))
+    assert {id(b) for b in _buffers(session)} <= before
+    np.testing.assert_array_equal(session.compute(x), np.arange(256 * 256).reshape(256, 256))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shape=st.lists(st.integers(1, 60), min_size=1, max_size=3), dtype=st.sampled_from(["f8", "f4", "i2", "u1", "c16", "?"]),
+       data=st.data())
+def test_any_chunking_dtype_and_layout_comes_back_exactly(session, shape, dtype, data):
+    rng = np.random.default_rng(len(shape))
+    a = (rng.standard_normal(shape) * 50).astype(dtype)
+    # at most 6 chunks an axis: a graph of a few hundred tasks, not of one per element
+    chunks = tuple(data.draw(st.integers(-(-n // 6), n), label=f"chunk {i}") for i, n in enumerate(shape))
+    x = da.from_array(a, chunks=chunks)
+    axes = data.draw(st.permutations(range(len(shape))), label="axes")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(shared_results, "MIN_BYTES", 1)  # every array here, however small
+        r = session.compute(x.transpose(axes))
+    assert _shared(r)
+    np.testing.assert_array_equal(r, a.transpose(axes))
+
+
+def test_closing_the_session_closes_every_buffer_and_a_held_result_stays_readable_until_dropped():
+    def fds() -> int:  # this process's open result buffers
+        n = 0
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):  # closed since the listing (the listing's own, say)
+                n += os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:openclaw-result")
+        return n
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(shared_results, "MIN_BYTES", 1)
+        before = fds()
+        with openclaw_dask.session(backend="process", workers=1, timeout="30s") as s:
+            kept = s.compute(da.arange(1000, chunks=300))
+            s.compute(da.arange(2000, chunks=300))
+            assert len(_buffers(s)) == 2
+            assert fds() > before  # each buffer: its file, and the mmap's own copy of it
+        assert fds() == before + 1  # the held result's mapping, and its copy of the file
+        np.testing.assert_array_equal(kept, np.arange(1000))
+        del kept
+        assert fds() == before
+
