@@ -824,9 +824,10 @@ def require_fit(session: SessionLike, collections: list[Any], *, computed: bool 
         bytes, and the ``task_chunk_size`` or ``cluster.memory_limit`` that would fit.
     """
     mode = session.config.cluster.memory_check
-    shared = getattr(session.running, "results", None)  # a distributed engine's (cluster/shared_results.py)
-    if computed and mode != "off" and shared is not None:
-        collections = as_computed(session.running.client, collections, shared)  # type: ignore[union-attr]
+    running = session.running
+    shared = getattr(running, "results", None)  # a distributed engine's (cluster/shared_results.py)
+    if computed and mode != "off" and running is not None and shared is not None:
+        collections = as_computed(running.client, collections, shared)
     checked = _checked(session, collections) if mode != "off" else None
     if checked is None:
         return None

@@ -155,9 +155,12 @@ def small():
 
 
 @pytest.fixture(scope="module")
-def by_threads(small):
-    with openclaw_dask.session(**{**SMALL, "omp_threads": 1}) as single:
-        yield {1: single, 2: small}
+def by_threads():
+    # room beside the projections: a worker's memory in use before a kernel drifts with its history
+    # (114 MiB here, 130 in a CI run, where stencil's check then refused at 2 threads: 209.2 > 204.8 MiB)
+    roomy = {**SMALL, "memory_limit": "320MiB"}
+    with openclaw_dask.session(**{**roomy, "omp_threads": 1}) as single, openclaw_dask.session(**roomy) as double:
+        yield {1: single, 2: double}
 
 
 def test_a_block_several_tasks_read_pulls_them_onto_its_worker(small):
@@ -210,7 +213,7 @@ def test_measured_peak_within_projection(threads, by_threads):
     table = "\n".join(f"| {n} | {p:.1f} | {m:.1f} | {r:.2f} |" for n, p, m, r in rows)
     print(f"\n{threads} thread(s)\n| operation | projected MiB | measured MiB | measured / projected |\n" + table)
     assert all(m <= p for _, p, m, _ in rows), table  # the bound: never under the measured peak
-    # and useful (docs/memory.md's table): at 2 threads the lowest is reshape's, 0.38 in each of 5 runs
+    # and useful (docs/memory.md's tables): at 2 threads the lowest was reshape's 0.38 on the comm path, sum's 0.49 on the shared one
     assert all(p <= 3 * m for _, p, m, _ in rows), table
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from openclaw_dask.cluster.shared_results import Buffer, SharedResults
+    from openclaw_dask.cluster.shared_results import SharedResults
 
 __all__ = ["as_computed", "compute", "fresh_get"]
 
@@ -58,14 +58,15 @@ def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, s
         return tuple(_gathered(client, client.compute(collections, **kwargs), watch))
     from dask.base import collections_to_expr
 
-    lent = _lent(client, collections, shared)
+    takes = _takes(client, collections, shared)
+    lent = [shared.lend(a.nbytes) if shared is not None and t else None for a, t in zip(collections, takes, strict=True)]
     written = [array if buf is None else _written(array, buf.path) for array, buf in zip(collections, lent, strict=True)]
     try:
         expr = collections_to_expr(written, kwargs.pop("optimize_graph", True)).optimize()
         chunks = _gathered(client, client.get(expr, expr.__dask_keys__(), sync=False, **kwargs), watch)
     except BaseException:
         for unfinished in filter(None, lent):  # its tasks may still be writing: never lent again
-            shared.discard(unfinished)  # type: ignore[union-attr]
+            shared.discard(unfinished)  # type: ignore[union-attr]  # lent: shared is not None
         raise
     results = []
     for array, buf, parts in zip(collections, lent, chunks, strict=True):
@@ -77,22 +78,21 @@ def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, s
     return tuple(results)
 
 
-def _lent(client: Any, collections: list[Any], shared: SharedResults | None) -> list[Buffer | None]:
-    """Per array, the buffer its workers write it into, or ``None`` for chunks gathered over the comm."""
+def _takes(client: Any, collections: list[Any], shared: SharedResults | None) -> list[bool]:
+    """Per array, whether its workers write it into ``shared`` rather than send its chunks over the comm."""
     if shared is None or not any(map(shared.wants, collections)) or not shared.ready(client):
-        return [None] * len(collections)
-    return [shared.lend(array.nbytes) if shared.wants(array) else None for array in collections]
+        return [False] * len(collections)
+    return [shared.wants(array) for array in collections]
 
 
 def as_computed(client: Any, collections: list[Any], shared: SharedResults) -> list[Any]:
     """``collections`` with the writes :func:`compute` adds to those that take ``shared`` (nothing lent)."""
     import dask.array as da
 
-    if not all(isinstance(c, da.Array) for c in collections) or not any(map(shared.wants, collections)):
+    if not all(isinstance(c, da.Array) for c in collections):
         return collections
-    if not shared.ready(client):
-        return collections
-    return [_written(c, "(projected)") if shared.wants(c) else c for c in collections]
+    takes = _takes(client, collections, shared)
+    return [_written(c, "(projected)") if t else c for c, t in zip(collections, takes, strict=True)]
 
 
 def _written(array: Any, path: str) -> Any:
