@@ -354,3 +354,26 @@ def test_teardown_noise_is_dropped_and_nothing_else():
     assert _FILTER.filter(record("distributed.worker", get_data, MemoryError()))  # a worker's own failure is news
     assert not _FILTER.filter(record("distributed.worker", "Failed to communicate with scheduler during heartbeat."))
     assert _FILTER.filter(record("distributed.worker", "Compute Failed"))
+
+
+def test_the_name_error_distributed_logs_for_a_call_ctrl_c_cut_before_it_began_is_filtered():
+    """distributed's ``sync`` schedules ``cancel``, which reads a variable the interrupt left unset (seen in CI)."""
+    import functools
+    import logging
+
+    from openclaw_dask.cluster import quiet
+
+    def sync():  # the shape of distributed.utils.sync's own nested callback
+        def cancel():
+            pass
+
+        return cancel
+
+    def record(callback, error):
+        return logging.LogRecord("tornado.application", logging.ERROR, __file__, 1, "Exception in callback %r",
+                                 (functools.partial(callback),), (type(error), error, None))
+
+    unset = NameError("cannot access free variable 'future' where it is not associated with a value in enclosing scope")
+    assert not quiet._FILTER.filter(record(sync(), unset))
+    assert quiet._FILTER.filter(record(sync(), ValueError("a real failure")))  # anything else is still logged
+    assert quiet._FILTER.filter(record(print, unset))
