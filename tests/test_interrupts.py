@@ -340,40 +340,30 @@ def test_an_unreadable_script_is_one_line(script, tmp_path):
 
 def test_teardown_noise_is_dropped_and_nothing_else():
     """What distributed logs as a stopped run closes its workers (seen in the Ctrl-C tests) is dropped; news is kept."""
+    import functools
     import logging
 
     from distributed.comm.core import CommClosedError
 
     from openclaw_dask.cluster.quiet import _FILTER
 
-    def record(name, msg, exc=None):
-        return logging.LogRecord(name, logging.ERROR, __file__, 1, msg, ("a", "b"), (type(exc), exc, None) if exc else None)
+    def record(name, msg, exc=None, args=("a", "b")):
+        return logging.LogRecord(name, logging.ERROR, __file__, 1, msg, args, (type(exc), exc, None) if exc else None)
+
+    def sync():  # the shape of distributed.utils.sync's own nested callback, which Ctrl-C can run too early
+        def cancel():
+            pass
+
+        return cancel
 
     get_data = "failed during get data with %s -> %s"
     assert not _FILTER.filter(record("distributed.worker", get_data, CommClosedError("in <TCP (closed)>: Stream is closed")))
     assert _FILTER.filter(record("distributed.worker", get_data, MemoryError()))  # a worker's own failure is news
     assert not _FILTER.filter(record("distributed.worker", "Failed to communicate with scheduler during heartbeat."))
     assert _FILTER.filter(record("distributed.worker", "Compute Failed"))
-
-
-def test_the_name_error_distributed_logs_for_a_call_ctrl_c_cut_before_it_began_is_filtered():
-    """distributed's ``sync`` schedules ``cancel``, which reads a variable the interrupt left unset (seen in CI)."""
-    import functools
-    import logging
-
-    from openclaw_dask.cluster import quiet
-
-    def sync():  # the shape of distributed.utils.sync's own nested callback
-        def cancel():
-            pass
-
-        return cancel
-
-    def record(callback, error):
-        return logging.LogRecord("tornado.application", logging.ERROR, __file__, 1, "Exception in callback %r",
-                                 (functools.partial(callback),), (type(error), error, None))
-
+    callback = "Exception in callback %r"  # tornado's line for a failed loop callback
     unset = NameError("cannot access free variable 'future' where it is not associated with a value in enclosing scope")
-    assert not quiet._FILTER.filter(record(sync(), unset))
-    assert quiet._FILTER.filter(record(sync(), ValueError("a real failure")))  # anything else is still logged
-    assert quiet._FILTER.filter(record(print, unset))
+    assert not _FILTER.filter(record("tornado.application", callback, unset, (functools.partial(sync()),)))
+    assert _FILTER.filter(record("tornado.application", callback, ValueError("a real failure"), (functools.partial(sync()),)))
+    assert _FILTER.filter(record("tornado.application", callback, unset, (functools.partial(print),)))
+

@@ -65,8 +65,9 @@ def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, s
         expr = collections_to_expr(written, kwargs.pop("optimize_graph", True)).optimize()
         chunks = _gathered(client, client.get(expr, expr.__dask_keys__(), sync=False, **kwargs), watch)
     except BaseException:
-        for unfinished in filter(None, lent):  # its tasks may still be writing: never lent again
-            shared.discard(unfinished)  # type: ignore[union-attr]  # lent: shared is not None
+        if shared is not None:
+            for unfinished in filter(None, lent):  # its tasks may still be writing: never lent again
+                shared.discard(unfinished)
         raise
     results = []
     for array, buf, parts in zip(collections, lent, chunks, strict=True):

@@ -76,7 +76,7 @@ def glibc() -> ctypes.CDLL | None:
         try:
             libc = ctypes.CDLL(name)
             libc.gnu_get_libc_version  # noqa: B018  (musl and others have no mallopt parameters to set)
-        except (OSError, AttributeError, TypeError):  # TypeError: find_library found none
+        except (OSError, AttributeError):  # None (no library found) loads the program itself: no glibc there either
             continue
         return libc
     return None
