@@ -13,10 +13,12 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Mapping
-from importlib.metadata import EntryPoint, entry_points
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from openclaw_dask.errors import ConfigError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = ["Registry"]
 
@@ -55,6 +57,8 @@ class Registry(Generic[T]):
     def plugins(self) -> dict[str, EntryPoint]:
         """Entry points of other packages by name, scanned once (not loaded: that may import heavy code)."""
         if self._entry_points is None:
+            from importlib.metadata import entry_points  # ~10 ms of email parsing: only when a name is no built-in
+
             found: dict[str, EntryPoint] = {}
             for ep in entry_points(group=self.group):
                 if ep.name in self.builtins:

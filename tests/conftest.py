@@ -12,13 +12,16 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
+
+from openclaw_dask.cluster import shm
 
 BIN = Path(sys.executable).parent
 
 # Their defaults join dask's config on first import: imported here, before any test, so that the
 # process guard below sees only what a test itself changes.
-import distributed  # noqa: E402, F401
+import distributed  # noqa: F401
 
 with contextlib.suppress(ImportError):
     import dask_kubernetes.operator  # noqa: F401
@@ -108,13 +111,24 @@ def _flat(d, prefix=""):
 
 
 def _stop(procs):
-    """Kill each process group (a dask worker's nanny and its worker process together)."""
+    """Kill each process group (a dask worker's nanny and its worker process together) but multiprocessing's
+    resource tracker, which then unlinks the semaphores the killed processes made, as after any crash
+    (killed with them, it would leave them in /dev/shm for good)."""
+    trackers = []
     for p in procs:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGKILL)
+        for pid in shm.group_pids(p.pid):
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(pid)
+                if "multiprocessing.resource_tracker" in " ".join(proc.cmdline()):
+                    trackers.append(proc)
+                else:
+                    proc.kill()
     for p in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(10)
+    _, alive = psutil.wait_procs(trackers, timeout=10)  # each ends once the processes that used it are gone
+    for proc in alive:
+        proc.kill()
 
 
 def scheduler_address(sched_file: Path, proc: subprocess.Popen, timeout: float = 30) -> str:

@@ -10,6 +10,7 @@ import textwrap
 import pytest
 from click.testing import CliRunner
 
+import openclaw_dask
 from openclaw_dask import __version__
 from openclaw_dask.cli import main
 from openclaw_dask.config import KEYS, default_config_text
@@ -219,10 +220,21 @@ def test_import_needs_only_the_base_install():
     code = (
         "import sys, openclaw_dask\n"
         "heavy = ['cupy', 'dask_cuda', 'mpi4py', 'dask_mpi', 'dask_kubernetes', 'prometheus_client', 'bokeh', 'distributed']\n"
+        "# nor openclaw's own parts that a script opening a session does not use (a cold start pays for each)\n"
+        "heavy += ['openclaw_dask.io', 'openclaw_dask.workloads', 'openclaw_dask.diagnostics.benchmark']\n"
         "print([m for m in heavy if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_every_public_name_is_there_when_asked():
+    # most are imported on first use (openclaw_dask/__init__.py): each must still resolve, and dir() lists it
+    missing = [name for name in openclaw_dask.__all__ if getattr(openclaw_dask, name, None) is None]
+    assert missing == [] and set(openclaw_dask.__all__) <= set(dir(openclaw_dask))
+    assert openclaw_dask.load_config.__module__ == "openclaw_dask.loading" and isinstance(openclaw_dask.__version__, str)
+    with pytest.raises(AttributeError, match="no attribute 'sesion'"):
+        openclaw_dask.sesion  # noqa: B018
 
 
 def test_plain_python_without_guard_on_process_backend_says_how_to_fix(tmp_path):

@@ -222,6 +222,16 @@ def test_dashboard_off_by_default_and_on_loopback_when_asked():
         assert _http_status(s.client.scheduler_info()["services"]["dashboard"], "/status") == 200
 
 
+@pytest.mark.parametrize("watched", [{}, {"dashboard": True}, {"prometheus": True}])
+def test_an_unwatched_clusters_event_loops_are_timed_less_often(watched):
+    # distributed's 20 ms event-loop ticks feed the dashboard and /metrics; with neither, they only cut
+    # into the main thread's GIL (150 times a second on 2 workers): 500 ms still logs a blocked loop
+    with openclaw_dask.session(backend="process", workers=1, **watched) as s:
+        ticks = {s.client.run_on_scheduler(lambda dask_scheduler: dask_scheduler._tick_interval),
+                 *s.client.run(lambda dask_worker: dask_worker._tick_interval).values()}
+    assert ticks == ({0.02} if watched else {0.5})
+
+
 def test_log_level_debug_reaches_client_and_worker_processes(caplog):
     caplog.set_level(logging.DEBUG)
     with openclaw_dask.session(backend="process", workers=1, log_level="DEBUG") as s:

@@ -15,6 +15,7 @@ threads never oversubscribe the cores; with ``hybrid`` each has one task thread 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import threading
 import time
@@ -269,9 +270,24 @@ def _warn_oversubscribed(slots: int) -> None:
                        slots, CPU_COUNT)
 
 
-# distributed names the scheduler's HTTP server (health, /metrics) "dashboard" even without the dashboard's
-# pages, so client.dashboard_link would be a URL that answers 404: its template empty, the link is ""
-_NO_DASHBOARD_LINK = MappingProxyType({"distributed.dashboard.link": ""})
+UNWATCHED_TICK = "500ms"
+
+
+def _unwatched(config: Config) -> dict[str, Any]:
+    """Settings for a cluster whose dashboard is off.
+
+    distributed names the scheduler's HTTP server (health, /metrics) "dashboard" even without the
+    dashboard's pages, so client.dashboard_link would be a URL that answers 404: its template empty,
+    the link is "". Each scheduler, nanny and worker times its event loop every 20 ms
+    (``distributed.admin.tick``) for the dashboard's and /metrics' figures; with neither, every
+    500 ms still logs a loop blocked past ``distributed.admin.tick.limit`` (3 s), and this process's
+    main thread, which shares its GIL with the scheduler and nannies, is cut in on 6 times a second,
+    not 150 (tiny-tasks on 2 worker processes: fastest of 15 runs 160-166 ms, not 170-179; docs/benchmarks.md).
+    """
+    settings: dict[str, Any] = {"distributed.dashboard.link": ""}
+    if not config.monitoring.prometheus:
+        settings["distributed.admin.tick.interval"] = UNWATCHED_TICK
+    return settings
 
 
 def cluster_needs(config: Config) -> list[tuple[str, str]]:
@@ -342,7 +358,7 @@ class ThreadBackend(LocalBackend):
 
     def dask_settings(self, config: Config) -> dict[str, Any]:
         if not dashboard_on(config, self):
-            return dict(_NO_DASHBOARD_LINK)
+            return _unwatched(config)
         # inproc addresses carry the machine's IP, not the host the dashboard binds
         return {"distributed.dashboard.link": "{scheme}://" + bind_host(config) + ":{port}/status"}
 
@@ -359,6 +375,10 @@ class ProcessBackend(LocalBackend):
     def start(self, config: Config) -> RunningCluster:
         """Start the worker processes, unless each would run the main script's top level that starts them."""
         refuse_unguarded_main(self.name)
+        if config.cluster.worker_start == "fork":
+            # a forked worker inherits what this process has imported: the module each worker preloads
+            # (cluster/settings.py) is imported here once, not in every worker on its first task
+            importlib.import_module("dask.array")
         return super().start(config)
 
     def worker_plugins(self, config: Config) -> list[Any]:
@@ -376,7 +396,7 @@ class ProcessBackend(LocalBackend):
         # restart their workers themselves, so that reaper is switched off.
         settings = {"distributed.deploy.lost-worker-timeout": f"{_NEVER}s"}
         if not dashboard_on(config, self):
-            settings.update(_NO_DASHBOARD_LINK)
+            settings.update(_unwatched(config))
         add_preload(settings, ("openclaw_dask.cluster.interrupt_preload",), ("worker",))
         # each nanny reads it as it starts (or restarts) its worker; main_guard reads it too
         settings["distributed.worker.multiprocessing-method"] = config.cluster.worker_start

@@ -32,6 +32,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from openclaw_dask.cluster import shm
 from openclaw_dask.cluster.base import Backend, Capabilities
 from openclaw_dask.cluster.client import DistributedCluster, new_client
 from openclaw_dask.cluster.network import bind_host, dashboard_on, http_address, interface_of, protocol
@@ -215,6 +216,7 @@ class MpiJob:
         self.scheduler_file = scheduler_file
         self.address: str | None = None
         self.closing = False
+        self.shm: frozenset[str] = frozenset()
 
     @property
     def log(self) -> str:
@@ -242,6 +244,8 @@ class MpiJob:
                 f"{workers} MPI worker rank(s) did not join {self.address} within {timeout:g}s ({type(e).__name__}); "
                 f"raise parallel.timeout, or see: {_last_error(self.log)}"
             ) from None
+        # the ranks' own shared memory, read before any task runs: a lost rank leaves it behind (cluster/shm.py)
+        self.shm = shm.in_use(shm.group_pids(self.proc.pid))
         return client
 
     def lost(self, wait: float = 10.0) -> str | None:
@@ -272,6 +276,7 @@ class MpiJob:
             self.proc.wait(10)
         logger.debug("MPI job ended with %s; log in %s", self.proc.returncode, self.workdir)
         shutil.rmtree(self.workdir, ignore_errors=True)
+        shm.remove_orphans(self.shm)
 
 
 def _last_error(log: str) -> str:
