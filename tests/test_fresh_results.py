@@ -132,3 +132,23 @@ def test_writes_from_worker_processes_lock_across_processes():
         assert isinstance(get_scheduler_lock(s.array((10,), fill="arange")), distributed.lock.Lock)
     with openclaw_dask.session(enabled=False) as s:
         assert isinstance(get_scheduler_lock(s.array((10,), fill="arange")), SerializableLock)
+
+
+def test_a_plain_compute_of_one_array_joins_its_chunks_here_not_on_a_worker():
+    # dask ends x.compute()'s graph with a task that joins the chunks on a worker: every chunk moved
+    # there and the whole array on to the client (512 MiB: 353-376 ms, now 244; docs/benchmarks.md)
+    import numpy as np
+    from distributed import get_task_stream
+
+    with openclaw_dask.session(backend="process", workers=2) as s:
+        x = s.persist(s.array((64, 48), "float64", fill="arange", chunks=(16, 24)))
+        a = np.arange(64 * 48, dtype="float64").reshape(64, 48)
+        with get_task_stream(s.client) as ts:
+            got = [x.compute(), np.asarray(x), dask.compute(x)[0], x.T[3:40].compute(), x.sum().compute(), x[5, 7].compute()]
+        for value, want in zip(got, [a, a, a, a.T[3:40], a.sum(), a[5, 7]], strict=True):
+            np.testing.assert_array_equal(value, want)
+        assert not [t["key"] for t in ts.data if "finalize" in str(t["key"])]
+        # more than one collection, or another kind, keeps dask's own path
+        both = dask.compute(x, x.sum())
+        np.testing.assert_array_equal(both[0], a)
+        assert both[1] == a.sum() and dask.delayed(sum)([1, 2]).compute() == 3

@@ -17,7 +17,8 @@ moves on to the client, and the run pays one more scheduling round (about 5-7 ms
 on two worker processes here). For dask arrays :func:`compute` gathers the chunks instead
 and joins them in the calling process with dask's own ``finalize``, as dask's local
 schedulers do (a 128 MiB result 373 -> 131 ms on the process backend, benchmarks/local_engine.py).
-Other collections (dataframes, bags, delayed, a mix) keep ``client.compute``. Where the workers
+:func:`fresh_get` does so for a plain ``x.compute()`` or ``np.asarray(x)`` of one array (512 MiB
+353-376 -> 244 ms). Other collections (dataframes, bags, delayed, a mix) keep ``client.compute``. Where the workers
 are other processes of this machine, an array of 32 MiB or more is not gathered at all: its
 final tasks write their chunks into a buffer the client maps (:mod:`~openclaw_dask.cluster.shared_results`).
 """
@@ -126,6 +127,11 @@ class _FreshGet:
         if getattr(thread_state, "key", None):  # inside a task: the client's own path secedes first
             return self.client.get(dsk, keys, **kwargs)
         kwargs.pop("sync", None)
+        joined = _one_array(dsk, keys)
+        if joined is not None:  # its chunks come here once, and are joined here (as compute does)
+            chunks, (finalize, args) = joined
+            parts = _gathered(self.client, self.client.get(chunks, chunks.__dask_keys__(), sync=False, **kwargs), self.watch)
+            return [finalize(parts, *args)]
         return _gathered(self.client, self.client.get(dsk, keys, sync=False, **kwargs), self.watch)
 
     def persist(self, *args: Any, **kwargs: Any) -> Any:
@@ -143,6 +149,28 @@ class _FreshGet:
 
     def __deepcopy__(self, memo: Any) -> _FreshGet:
         return self  # a copy of dask's configuration in this process keeps the live client
+
+
+def _one_array(expr: Any, keys: Any) -> tuple[Any, tuple[Any, tuple[Any, ...]]] | None:
+    """For the graph dask's ``compute`` hands a scheduler for one array (``x.compute()``, ``np.asarray(x)``):
+    the graph of its chunks and the join dask ends it with, else ``None`` (any other graph, as it is).
+
+    dask ends that graph with a task that joins the chunks on a worker: every chunk would move there,
+    and the whole array on to this process.
+    """
+    from dask import _expr
+    from dask.array.core import finalize
+
+    sequence: Any = getattr(_expr, "_HLGExprSequence", None)  # what dask.compute makes of one collection
+    if sequence is not None and isinstance(expr, sequence) and len(expr.operands) == 1:
+        expr = expr.operands[0]
+    if not isinstance(expr, _expr.HLGFinalizeCompute) or list(keys) != list(expr.__dask_keys__()):
+        return None
+    chunks = expr.operand("dsk")
+    post = getattr(chunks, "postcompute", None)
+    if not isinstance(chunks, _expr.HLGExpr) or not isinstance(post, tuple) or len(post) != 2 or post[0] is not finalize:
+        return None
+    return chunks, post
 
 
 def _gathered(client: Any, futures: Any, watch: Watch) -> Any:
