@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from openclaw_dask.errors import ConfigError
 
@@ -25,6 +25,13 @@ __all__ = ["Registry"]
 logger = logging.getLogger("openclaw_dask")
 
 T = TypeVar("T")
+
+
+def entry_points(**select: str) -> Any:
+    """:func:`importlib.metadata.entry_points`, imported when first asked for (~10 ms a start that names a built-in skips)."""
+    from importlib.metadata import entry_points as scanned
+
+    return scanned(**select)
 
 
 class Registry(Generic[T]):
@@ -57,8 +64,6 @@ class Registry(Generic[T]):
     def plugins(self) -> dict[str, EntryPoint]:
         """Entry points of other packages by name, scanned once (not loaded: that may import heavy code)."""
         if self._entry_points is None:
-            from importlib.metadata import entry_points  # ~10 ms of email parsing: only when a name is no built-in
-
             found: dict[str, EntryPoint] = {}
             for ep in entry_points(group=self.group):
                 if ep.name in self.builtins:

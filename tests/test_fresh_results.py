@@ -136,7 +136,7 @@ def test_writes_from_worker_processes_lock_across_processes():
 
 def test_a_plain_compute_of_one_array_joins_its_chunks_here_not_on_a_worker():
     # dask ends x.compute()'s graph with a task that joins the chunks on a worker: every chunk moved
-    # there and the whole array on to the client (512 MiB: 353-376 ms, now 244; docs/benchmarks.md)
+    # there and the whole array on to the client (512 MiB: 353-376 ms, now 54-60; docs/benchmarks.md)
     import numpy as np
     from distributed import get_task_stream
 
@@ -148,6 +148,12 @@ def test_a_plain_compute_of_one_array_joins_its_chunks_here_not_on_a_worker():
         for value, want in zip(got, [a, a, a, a.T[3:40], a.sum(), a[5, 7]], strict=True):
             np.testing.assert_array_equal(value, want)
         assert not [t["key"] for t in ts.data if "finalize" in str(t["key"])]
+        # a large one is written by its workers straight into this process's memory, as Session.compute's
+        big = s.persist(s.array((5 * 2**20,), "float64", fill="arange"))
+        with get_task_stream(s.client) as ts:
+            np.testing.assert_array_equal(big.compute(), np.arange(5 * 2**20, dtype="float64"))
+        names = {str(t["key"][0]).split("-")[0] for t in ts.data}
+        assert "write_block" in names and "finalize" not in names, names  # (and the one probe of the path's first use)
         # more than one collection, or another kind, keeps dask's own path
         both = dask.compute(x, x.sum())
         np.testing.assert_array_equal(both[0], a)

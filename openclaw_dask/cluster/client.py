@@ -88,7 +88,7 @@ class DistributedCluster(RunningCluster):
         from openclaw_dask.cluster.compute import fresh_get
 
         # x.compute() computes anew too, and a run stuck on paused workers ends as compute()'s does
-        return {"scheduler": fresh_get(self._client, self.stall_watch)}
+        return {"scheduler": fresh_get(self._client, self.stall_watch, self.results)}
 
     def compute(self, collections: list[Any], **kwargs: Any) -> tuple[Any, ...]:
         from openclaw_dask.cluster.compute import compute

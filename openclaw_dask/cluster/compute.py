@@ -17,8 +17,8 @@ moves on to the client, and the run pays one more scheduling round (about 5-7 ms
 on two worker processes here). For dask arrays :func:`compute` gathers the chunks instead
 and joins them in the calling process with dask's own ``finalize``, as dask's local
 schedulers do (a 128 MiB result 373 -> 131 ms on the process backend, benchmarks/local_engine.py).
-:func:`fresh_get` does so for a plain ``x.compute()`` or ``np.asarray(x)`` of one array (512 MiB
-353-376 -> 244 ms). Other collections (dataframes, bags, delayed, a mix) keep ``client.compute``. Where the workers
+:func:`fresh_get` does the same for a plain ``x.compute()`` or ``np.asarray(x)`` of one NumPy-backed
+array (512 MiB on 2 worker processes: 353-376 -> 54-60 ms, through shared memory). Other collections (dataframes, bags, delayed, a mix) keep ``client.compute``. Where the workers
 are other processes of this machine, an array of 32 MiB or more is not gathered at all: its
 final tasks write their chunks into a buffer the client maps (:mod:`~openclaw_dask.cluster.shared_results`).
 """
@@ -107,19 +107,19 @@ def _written(array: Any, path: str) -> Any:
     return array.map_blocks(write_block, path, array.shape, dtype=np.int8, chunks=receipts)
 
 
-def fresh_get(client: Any, watch: Watch = _unwatched) -> Callable[..., Any]:
+def fresh_get(client: Any, watch: Watch = _unwatched, shared: SharedResults | None = None) -> Callable[..., Any]:
     """A dask ``scheduler=`` callable that runs graphs on ``client`` as :func:`compute` does (never a kept result).
 
     It has the client's ``persist``, which ``dask.persist`` looks for, so persisted data stays on
     the workers. Pickled (dask's configuration goes to every worker process a nanny starts), it
     becomes ``"dask.distributed"``: that process's own default client, as without openclaw.
     """
-    return _FreshGet(client, watch)
+    return _FreshGet(client, watch, shared)
 
 
 class _FreshGet:
-    def __init__(self, client: Any, watch: Watch) -> None:
-        self.client, self.watch = client, watch
+    def __init__(self, client: Any, watch: Watch, shared: SharedResults | None) -> None:
+        self.client, self.watch, self.shared = client, watch, shared
 
     def __call__(self, dsk: Any, keys: Any, **kwargs: Any) -> Any:
         from distributed.worker import thread_state
@@ -127,11 +127,9 @@ class _FreshGet:
         if getattr(thread_state, "key", None):  # inside a task: the client's own path secedes first
             return self.client.get(dsk, keys, **kwargs)
         kwargs.pop("sync", None)
-        joined = _one_array(dsk, keys)
-        if joined is not None:  # its chunks come here once, and are joined here (as compute does)
-            chunks, (finalize, args) = joined
-            parts = _gathered(self.client, self.client.get(chunks, chunks.__dask_keys__(), sync=False, **kwargs), self.watch)
-            return [finalize(parts, *args)]
+        array = _one_array(dsk, keys)
+        if array is not None:  # as Session.compute: its chunks come here once, or are written here
+            return list(compute(self.client, [array], watch=self.watch, shared=self.shared, **kwargs))
         return _gathered(self.client, self.client.get(dsk, keys, sync=False, **kwargs), self.watch)
 
     def persist(self, *args: Any, **kwargs: Any) -> Any:
@@ -151,15 +149,17 @@ class _FreshGet:
         return self  # a copy of dask's configuration in this process keeps the live client
 
 
-def _one_array(expr: Any, keys: Any) -> tuple[Any, tuple[Any, tuple[Any, ...]]] | None:
-    """For the graph dask's ``compute`` hands a scheduler for one array (``x.compute()``, ``np.asarray(x)``):
-    the graph of its chunks and the join dask ends it with, else ``None`` (any other graph, as it is).
+def _one_array(expr: Any, keys: Any) -> Any:
+    """The NumPy-backed dask array that the graph dask's ``compute`` hands a scheduler computes
+    (``x.compute()``, ``np.asarray(x)``), else ``None`` (any other graph runs as it is).
 
-    dask ends that graph with a task that joins the chunks on a worker: every chunk would move there,
-    and the whole array on to this process.
+    dask ends that graph with a task that joins the chunks on a worker: every chunk would move
+    there, and the whole array on to this process.
     """
+    import dask.array as da
     from dask import _expr
     from dask.array.core import finalize
+    from dask.core import flatten
 
     sequence: Any = getattr(_expr, "_HLGExprSequence", None)  # what dask.compute makes of one collection
     if sequence is not None and isinstance(expr, sequence) and len(expr.operands) == 1:
@@ -168,9 +168,15 @@ def _one_array(expr: Any, keys: Any) -> tuple[Any, tuple[Any, tuple[Any, ...]]] 
         return None
     chunks = expr.operand("dsk")
     post = getattr(chunks, "postcompute", None)
-    if not isinstance(chunks, _expr.HLGExpr) or not isinstance(post, tuple) or len(post) != 2 or post[0] is not finalize:
+    if not isinstance(chunks, _expr.HLGExpr) or not isinstance(post, tuple) or not post or post[0] is not finalize:
         return None
-    return chunks, post
+    key = next(flatten(chunks.output_keys), None)
+    name = key[0] if isinstance(key, tuple) and key else key
+    layer = chunks.hlg.layers.get(name)
+    known = getattr(layer, "collection_annotations", None) or {}
+    if known.get("chunk_type") != "numpy.ndarray" or "chunks" not in known or "dtype" not in known:
+        return None  # CuPy's, or a layer that does not say: dask's own path
+    return da.Array(chunks.hlg, name, known["chunks"], dtype=known["dtype"])
 
 
 def _gathered(client: Any, futures: Any, watch: Watch) -> Any:
