@@ -9,8 +9,8 @@ signal for "stop waiting"), a worker's heartbeat that met its scheduler closing,
 whose reply to a peer's data request met that peer closed (``failed during get data``), and a
 connection the stop left open, closed when it is collected (``Closing dangling stream``), and the
 ``NameError`` distributed's ``sync`` logs when Ctrl-C lands before its call began. Installed
-in openclaw's own worker processes (their scheduler is in the session's process) and in the
-session's process. Nothing else is filtered.
+in openclaw's own worker processes (their scheduler is in the session's process), in the
+scheduler and worker tasks of an srun step, and in the session's process. Nothing else is filtered.
 """
 
 from __future__ import annotations

@@ -109,6 +109,9 @@ def join(backend: Backend, config: Config, step: Step) -> DistributedCluster:
 
 def _serve(role: Any, what: str) -> None:
     """Run a scheduler or worker task to its end: exit 0, or one line naming the task and why."""
+    from openclaw_dask.cluster import quiet
+
+    quiet.install()  # a worker whose heartbeat meets the scheduler closing (a client gone) logs it: not news
     try:
         asyncio.run(role)
     except (OSError, TimeoutError) as e:
