@@ -15,8 +15,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from openclaw_dask.cluster import shm
-
 BIN = Path(sys.executable).parent
 
 # Their defaults join dask's config on first import: imported here, before any test, so that the
@@ -115,20 +113,28 @@ def _stop(procs):
     resource tracker, which then unlinks the semaphores the killed processes made, as after any crash
     (killed with them, it would leave them in /dev/shm for good)."""
     trackers = []
-    for p in procs:
-        for pid in shm.group_pids(p.pid):
-            with contextlib.suppress(psutil.Error):
-                proc = psutil.Process(pid)
-                if "multiprocessing.resource_tracker" in " ".join(proc.cmdline()):
-                    trackers.append(proc)
-                else:
-                    proc.kill()
+    for proc in (q for p in procs for q in _group(p.pid)):
+        with contextlib.suppress(psutil.Error):
+            if "multiprocessing.resource_tracker" in " ".join(proc.cmdline()):
+                trackers.append(proc)
+            else:
+                proc.kill()
     for p in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(10)
-    _, alive = psutil.wait_procs(trackers, timeout=10)  # each ends once the processes that used it are gone
-    for proc in alive:
-        proc.kill()
+    psutil.wait_procs(trackers, timeout=10)  # each ends once the processes that used it are gone
+    for p in procs:  # and whatever is left of the group
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+def _group(pgid):
+    members = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(proc.pid) == pgid:
+                members.append(proc)
+    return members
 
 
 def scheduler_address(sched_file: Path, proc: subprocess.Popen, timeout: float = 30) -> str:

@@ -68,7 +68,7 @@ def test_a_killed_jobs_segment_goes_and_one_still_in_use_stays(files, holders):
     lost, shared, held = files("mpich_shm_"), files("sem.mp-"), files("sem.mp-held-")
     job = holders(lost, shared, held)
     other = holders(shared)  # another process still maps one of them
-    seen = shm.in_use(shm.group_pids(job.pid))
+    seen = shm.in_use(shm.family(job.pid))
     assert {str(lost), str(shared), str(held)} <= seen  # mapped and held open alike
     assert shm.remove_orphans(seen) == []  # nothing goes while the job runs
     _kill(job)

@@ -17,10 +17,11 @@ moves on to the client, and the run pays one more scheduling round (about 5-7 ms
 on two worker processes here). For dask arrays :func:`compute` gathers the chunks instead
 and joins them in the calling process with dask's own ``finalize``, as dask's local
 schedulers do (a 128 MiB result 373 -> 131 ms on the process backend, benchmarks/local_engine.py).
-:func:`fresh_get` does the same for a plain ``x.compute()`` or ``np.asarray(x)`` of one NumPy-backed
-array (512 MiB on 2 worker processes: 353-376 -> 54-60 ms, through shared memory). Other collections (dataframes, bags, delayed, a mix) keep ``client.compute``. Where the workers
+Other collections (dataframes, bags, delayed, a mix) keep ``client.compute``. Where the workers
 are other processes of this machine, an array of 32 MiB or more is not gathered at all: its
 final tasks write their chunks into a buffer the client maps (:mod:`~openclaw_dask.cluster.shared_results`).
+:func:`fresh_get` does the same for a plain ``x.compute()`` or ``np.asarray(x)`` of one NumPy-backed
+array (512 MiB on 2 worker processes: 353-376 -> 54-60 ms, through shared memory).
 """
 
 from __future__ import annotations

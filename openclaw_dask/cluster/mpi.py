@@ -245,7 +245,7 @@ class MpiJob:
                 f"raise parallel.timeout, or see: {_last_error(self.log)}"
             ) from None
         # the ranks' own shared memory, read before any task runs: a lost rank leaves it behind (cluster/shm.py)
-        self.shm = shm.in_use(shm.group_pids(self.proc.pid))
+        self.shm = shm.in_use(shm.family(self.proc.pid))
         return client
 
     def lost(self, wait: float = 10.0) -> str | None:

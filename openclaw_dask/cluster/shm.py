@@ -19,7 +19,7 @@ import os
 import stat
 from collections.abc import Iterable, Iterator
 
-__all__ = ["RUNTIME", "SHM", "group_pids", "in_use", "remove_orphans"]
+__all__ = ["RUNTIME", "SHM", "family", "in_use", "remove_orphans"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -51,15 +51,14 @@ def _mapped(pid: int) -> Iterator[str]:
                 yield fields[5].rstrip("\n")
 
 
-def group_pids(pgid: int) -> list[int]:
-    """The processes of process group ``pgid`` (a job started in a session of its own)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                if os.getpgid(int(entry)) == pgid:
-                    pids.append(int(entry))
-    return pids
+def family(pid: int) -> list[int]:
+    """``pid`` and every process it started, and theirs (a launcher's ranks, which may sit in sessions of their own)."""
+    import psutil
+
+    try:
+        return [pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))]
+    except psutil.Error:  # gone
+        return []
 
 
 def remove_orphans(paths: Iterable[str]) -> list[str]:
