@@ -137,6 +137,19 @@ def _group(pgid):
     return members
 
 
+@pytest.fixture(scope="module")
+def slurm():
+    """A one-node Slurm of the module's own (tests/test_slurm.py), with a partition named ``PARTITION``,
+    stopped and its folder removed after the module; skipped with the reason where it cannot run."""
+    from tests.test_slurm import _why_not, one_node_slurm
+
+    why = _why_not()
+    if why:
+        pytest.skip(why)
+    with one_node_slurm() as s:
+        yield s
+
+
 def scheduler_address(sched_file: Path, proc: subprocess.Popen, timeout: float = 30) -> str:
     """The address a scheduler started with ``--scheduler-file`` writes there, once it has."""
     deadline = time.monotonic() + timeout

@@ -200,16 +200,6 @@ def _wait(ready, timeout: float, what: str, slurm: Slurm) -> None:
         time.sleep(0.3)
 
 
-@pytest.fixture(scope="module")
-def slurm() -> Iterator[Slurm]:
-    """A one-node Slurm with a partition named :data:`PARTITION`, stopped (and its folder removed) after the module."""
-    why = _why_not()
-    if why:
-        pytest.skip(why)
-    with one_node_slurm() as s:
-        yield s
-
-
 # -- no Slurm needed ---------------------------------------------------------------------------
 
 

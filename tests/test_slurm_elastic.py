@@ -14,18 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BIN, openclaw
-from tests.test_slurm import Slurm, _json_result, _wait, _why_not, one_node_slurm
+from tests.test_slurm import Slurm, _json_result, _wait
 
 pytestmark = [pytest.mark.timeout(240)]
-
-
-@pytest.fixture(scope="module")
-def slurm() -> Iterator[Slurm]:
-    why = _why_not()
-    if why:
-        pytest.skip(why)
-    with one_node_slurm() as s:
-        yield s
 
 
 # -- no Slurm needed ---------------------------------------------------------------------------
