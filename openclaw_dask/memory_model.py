@@ -527,7 +527,7 @@ def _sizes(dsk: dict[Any, Any], ordered: list[Any], layouts: dict[str, Layout], 
             out.temporary[key] = inputs  # the inputs concatenated into one array before the function runs
         elif temporaries := _temporaries(task):
             out.temporary[key] = int(temporaries[0] * inputs + temporaries[1] * size) + _read_buffers(task)
-        if copied and len(received := sorted(out.sizes[d] for d in set(deps))) > 1:
+        if copied and key not in out.barriers and len(received := sorted(out.sizes[d] for d in set(deps))) > 1:  # p2p: its buffers
             out.temporary[key] = out.temporary.get(key, 0) + sum(received[:-1])
         footprint = out.footprints[key] = inputs + size + out.temporary.get(key, 0)
         if key not in out.barriers and footprint > out.biggest.footprint:
