@@ -317,12 +317,23 @@ def probe_each(config: Config) -> list[tuple[Host, int | str]]:
     from concurrent.futures import ThreadPoolExecutor
 
     hosts = hosts_of(config)
+    _import_asyncssh()  # here, where the warnings filter is this thread's to change
 
     async def all_hosts() -> list[int | str]:
         return list(await asyncio.gather(*(_probe(config, h) for h in hosts)))
 
     with ThreadPoolExecutor(1, thread_name_prefix="openclaw-ssh-probe") as pool:  # its own loop, even in a notebook
         return list(zip(hosts, pool.submit(asyncio.run, all_hosts()).result()))
+
+
+def _import_asyncssh() -> None:
+    """Import asyncssh without the deprecation warnings its import raises with cryptography 51 (its DSA
+    support): they are asyncssh's to fix, and printed ten lines above every command's one-line error."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="DSA is deprecated")
+        import asyncssh  # noqa: F401
 
 
 async def _probe(config: Config, host: Host) -> int | str:

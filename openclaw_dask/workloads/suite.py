@@ -87,8 +87,8 @@ def stencil(s: SessionLike, size: int) -> Prepared:
         return (block[:-2, 1:-1] + block[2:, 1:-1] + block[1:-1, :-2] + block[1:-1, 2:] + 4 * block[1:-1, 1:-1]) / 8
 
     # smooth's sum holds two temporaries beside the block where NumPy adds in place into the last one, three where
-    # it does not (NumPy's heuristic, not the code's choice): at 32 MiB the task usually held 96 MiB, in 1 pytest
-    # run of ~15 128 (docs/memory.md)
+    # it does not (NumPy's heuristic, not the code's choice): at 32 MiB the task usually held 96 MiB, in about
+    # 1 pytest run of 10-25 128 (docs/memory.md)
     @memory_model.allocates(inputs=1)
     def padded(block: np.ndarray) -> np.ndarray:  # map_overlap keeps block shapes
         return np.pad(smooth(block), 1)
