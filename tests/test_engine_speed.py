@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import dask
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from openclaw_dask.cluster import running_of
 from openclaw_dask.dataflow import pipeline
 from openclaw_dask.dataflow.pipeline import MAX_GROUP, group_size
 from openclaw_dask.dataflow.small_tasks import MIN_GROUP, batch_small_tasks
+from openclaw_dask.diagnostics.analysis import analyze
 from openclaw_dask.diagnostics.collect import collect
 from openclaw_dask.workloads import streams
 from openclaw_dask.workloads.suite import KERNELS
@@ -67,14 +70,47 @@ def test_every_suite_kernel_gives_the_same_result_batched_and_unbatched(s, kerne
             prepared.close()
 
 
+def spin(i):
+    """``i + 1`` after 50 us of work: too long to run all 400 in the pass's 2 ms, too short for a task each."""
+    end = time.perf_counter() + 50e-6
+    while time.perf_counter() < end:
+        pass
+    return i + 1
+
+
 def test_a_delayed_loop_runs_in_few_tasks_named_as_the_users(s):
     with collect(s) as record:
-        assert s.compute(loop(400)) == sum(range(1, 401))
+        assert s.compute(dask.delayed(sum)([dask.delayed(spin)(i) for i in range(400)])) == sum(range(1, 401))
     names = [t.group for t in record.tasks]
-    assert s.small_tasks is not None and "'inc' tasks" in str(s.small_tasks)
-    n, batches = s.small_tasks.groups["inc"]
-    assert n == 400 and names.count("inc") == batches < 400  # the batches count under the user's name
+    assert s.small_tasks is not None and "'spin' tasks" in str(s.small_tasks)
+    n, batches = s.small_tasks.groups["spin"]
+    assert n == 400 and names.count("spin") == batches < 400  # the batches count under the user's name
+    assert record.ran_here["spin"][0] < 400 and "sum" in names  # the first ones ran here, timed
     assert "_pack" not in names and "pack" not in names
+
+
+def test_a_loop_of_microsecond_calls_runs_in_the_client_and_the_profile_says_so(s):
+    with collect(s) as record:
+        assert s.compute(loop(400)) == sum(range(1, 401))
+    assert record.tasks == [] and record.graphs == 0  # nothing sent to the engine: no round trip
+    assert record.ran_here.keys() == {"inc", "sum"} and record.ran_here["inc"][0] == 400 and record.ran_here["sum"][0] == 1
+    assert s.small_tasks.groups["inc"] == (400, 0) and "all ran here" in s.small_tasks.reason
+    report = analyze(record)
+    assert report.ran_here == record.ran_here and "400 'inc' in" in report.here_line()
+
+
+def sum_but_not_here(values):
+    from distributed import get_worker
+
+    get_worker()  # raises ValueError outside a worker (and on dask's local schedulers)
+    return sum(values)
+
+
+def test_a_last_task_that_fails_in_the_client_runs_on_the_engine():
+    with start(ENGINES["process"]) as s:
+        with collect(s) as record:
+            assert s.compute(dask.delayed(sum_but_not_here)([dask.delayed(inc)(i) for i in range(100)])) == 5050
+        assert [t.group for t in record.tasks] == ["sum_but_not_here"] and "sum_but_not_here" not in record.ran_here
 
 
 def test_what_is_not_a_tiny_loop_is_left_alone():
@@ -141,6 +177,23 @@ def test_message_streams_wait_at_most_a_millisecond_to_batch():
         s.resize_workers(3)  # a worker that joins later gets prompt streams too
         assert set(client.run(interval).values()) == {INTERVAL_S}
         assert {c.interval for c in scheduler.stream_comms.values()} == {INTERVAL_S}
+
+
+def samples_its_system(dask_worker):
+    return "monitor" in dask_worker.periodic_callbacks
+
+
+@pytest.mark.parametrize("dashboard", [False, True])
+def test_the_servers_in_the_sessions_process_sample_their_system_only_for_a_dashboard(dashboard):
+    """Each sample reads /proc, handing the GIL back and forth with the user's main thread (plugins.QuietNanny)."""
+    with start({**ENGINES["process"], "cluster.dashboard": dashboard}) as s:
+        cluster = running_of(s).cluster
+        s.resize_workers(3)  # a nanny that starts later is quiet too
+        nannies = list(cluster.workers.values())
+        assert len(nannies) == 3 and all(n.process is not None for n in nannies)  # in this process
+        in_here = [cluster.scheduler, *nannies]
+        assert [samples_its_system(x) for x in in_here] == [dashboard] * 4
+        assert set(s.client.run(samples_its_system).values()) == {True}  # a worker's heartbeat carries its memory
 
 
 def page_faults_of_2mib_temporaries(n=50):

@@ -348,12 +348,15 @@ def test_suite_kernels_measured_peak_within_projection(threads, by_threads):
         (worker,) = record.workers.values()
         if name in STREAMS:
             assert record.graphs > record.projected_graphs == 1, name
+        elif not record.graphs:  # tiny-tasks: the small-tasks pass may run it all in the client, timed
+            assert name == "tiny-tasks" and record.ran_here and record.projected_graphs == 1, name
+            continue
         else:
             assert record.projected_graphs == record.graphs >= 1, name  # every graph it ran was projected
         rows.append((name, record.projected[worker.address], worker.peak_memory, before))
     table = "\n".join(f"| {n} | {(p - b) / MiB:.1f} | {(m - b) / MiB:.1f} | {(m - b) / (p - b):.2f} |" for n, p, m, b in rows)
     print(f"\n{threads} thread(s), 32 MiB\n| kernel | projected MiB | measured MiB | measured / projected |\n" + table)
-    assert len(rows) == len(KERNELS)
+    assert {n for n, *_ in rows} >= set(KERNELS) - {"tiny-tasks"}
     assert all(m <= p for _, p, m, _ in rows), table  # the verdict's test: the peak never above the projection
     # useful: within 3x of the measured growth, or of the reserve where a kernel allocates ~nothing
     assert all(p - b <= 3 * max(m - b, RESERVE) for _, p, m, b in rows), table

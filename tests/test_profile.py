@@ -19,7 +19,7 @@ from openclaw_dask.cli import main
 from openclaw_dask.config import load_config
 from openclaw_dask.diagnostics.analysis import _busy_union, _makespan, analyze
 from openclaw_dask.diagnostics.calibrate import expected_kinds, judge
-from openclaw_dask.diagnostics.collect import RunRecord, TaskRecord, WorkerRecord, layouts_of
+from openclaw_dask.diagnostics.collect import RunRecord, TaskRecord, WorkerRecord, _stream_tasks, layouts_of
 from openclaw_dask.diagnostics.fixes import FixedConfig, apply_overrides, write_fixed
 from openclaw_dask.diagnostics.profile import profile
 from openclaw_dask.errors import ConfigError
@@ -109,6 +109,29 @@ def _record(**workers):
         record.workers[name] = WorkerRecord(name, 1, limit, peak, 0, 0, spilled)
         record.tasks.append(TaskRecord("('x', 0)", "x", name, 1, 0.0, 0.5, MiB))
     return record
+
+
+def _streamed(*startstops):
+    return [{"key": f"('x', {i})", "worker": "w", "startstops": [{"action": "compute", "start": a, "stop": b}]}
+            for i, (a, b) in enumerate(startstops)]
+
+
+def test_a_streamed_task_the_clock_offset_puts_outside_the_block_keeps_its_duration():
+    """The scheduler shifts a worker's times by its estimated clock offset, ms off on a new cluster: the last short
+    task of a block seemed to start after it ended, and the profile dropped it (1 run in 3 of a one-task compute)."""
+    record = RunRecord(backend="process", start=10.0, stop=11.0)
+    tasks = list(_stream_tasks(_streamed((11.002, 11.003), (9.5, 10.5), (10.2, 10.3), (8.0, 9.0), (5.0, 15.0)), record, {}))
+    spans = [(round(t.start, 6), round(t.stop, 6)) for t in tasks]
+    assert spans == [(10.999, 11.0), (10.0, 10.5), (10.2, 10.3), (10.0, 11.0), (10.0, 11.0)]
+
+
+def test_tasks_run_in_the_client_are_not_time_outside_tasks():
+    record = RunRecord(backend="process", start=0.0, stop=1.0, task_overhead_s=0.0)
+    record.workers["w"] = WorkerRecord("w", 1, 1024 * MiB, MiB, 0, 0, 0)
+    record.tasks.append(TaskRecord("('x', 0)", "x", "w", 1, 0.9, 1.0, MiB))
+    assert _kind(analyze(record), "outside-tasks")  # 0.9 s before the only task
+    record.ran_here["inc"] = (1000, 0.85)
+    assert not _kind(analyze(record), "outside-tasks") and analyze(record).here_line() == "1,000 'inc' in 850.00 ms"
 
 
 def test_memory_pressure_from_peak_or_spill():

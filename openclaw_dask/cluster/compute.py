@@ -56,7 +56,9 @@ def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, s
     """
     import dask.array as da
 
-    if not collections or not all(isinstance(c, da.Array) for c in collections) or set(kwargs) - _GET_KEYWORDS:
+    if not collections:
+        return ()  # nothing left to run (the small-tasks pass ran the graph in this process): no round trip
+    if not all(isinstance(c, da.Array) for c in collections) or set(kwargs) - _GET_KEYWORDS:
         return tuple(_gathered(client, client.compute(collections, **kwargs), watch))
     from dask.base import collections_to_expr
 

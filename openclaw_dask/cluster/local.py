@@ -131,6 +131,8 @@ class LocalBackend(Backend):
                 raise ClusterStartError(f"could not start the {self.name} cluster ({first_cause(e)})") from e
             undo.callback(cluster.close)
             require_http_port(config, http, cluster.scheduler)  # taken between the check and the start
+            if not dashboard_on(config, self):
+                _quiet_scheduler(cluster)
             try:
                 # results come straight from the workers, which are on this machine, not relayed by the scheduler
                 client = new_client(cluster, timeout=config.parallel.timeout, security=kwargs.get("security"), direct_to_workers=True)
@@ -310,6 +312,15 @@ def cluster_needs(config: Config) -> list[tuple[str, str]]:
     return [(key, why) for wanted, key, why in needs if wanted]
 
 
+def _quiet_scheduler(cluster: Any) -> None:
+    """Stop the in-process scheduler's system monitor: with no dashboard nothing reads it (plugins.QuietNanny)."""
+    from distributed.utils import sync
+
+    from openclaw_dask.cluster.plugins import stop_system_monitor
+
+    sync(cluster.loop, stop_system_monitor, cluster.scheduler)
+
+
 class ThreadBackend(LocalBackend):
     """``thread``: ``workers`` threads in this process, on dask's threaded scheduler or one in-process worker."""
 
@@ -382,9 +393,10 @@ class ProcessBackend(LocalBackend):
         return super().start(config)
 
     def worker_plugins(self, config: Config) -> list[Any]:
-        from openclaw_dask.cluster.plugins import BlasThreads
+        from openclaw_dask.cluster.plugins import BlasThreads, QuietNanny
 
-        return [*super().worker_plugins(config), BlasThreads(blas_threads(config))]
+        quiet = [] if dashboard_on(config, self) else [QuietNanny()]  # its nannies run in this process
+        return [*super().worker_plugins(config), BlasThreads(blas_threads(config)), *quiet]
 
     def dask_settings(self, config: Config) -> dict[str, Any]:
         from openclaw_dask.cluster.settings import add_preload

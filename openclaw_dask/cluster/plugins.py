@@ -1,4 +1,4 @@
-"""Worker plugins openclaw registers on the workers of its sessions."""
+"""Worker plugins openclaw registers on the workers of its sessions (and one nanny plugin)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from distributed.diagnostics.plugin import WorkerPlugin
+from distributed.diagnostics.plugin import NannyPlugin, WorkerPlugin
 
 from openclaw_dask.cluster.heap import (
     DISTRIBUTED_TRIM,
@@ -19,9 +19,10 @@ from openclaw_dask.cluster.heap import (
 from openclaw_dask.cluster.worker_shape import LOGGERS, TRANSFER_KEYS
 
 if TYPE_CHECKING:
-    from distributed import Worker
+    from distributed import Nanny, Worker
+    from distributed.core import Server
 
-__all__ = ["BlasThreads", "CupyPool", "LogLevel", "TransferBuffer", "WorkerHeap"]
+__all__ = ["BlasThreads", "CupyPool", "LogLevel", "QuietNanny", "TransferBuffer", "WorkerHeap", "stop_system_monitor"]
 
 
 class LogLevel(WorkerPlugin):
@@ -144,3 +145,28 @@ class WorkerHeap(WorkerPlugin):
         if libc is not None:
             libc.mallopt(M_TRIM_THRESHOLD, int(DISTRIBUTED_TRIM))
             libc.malloc_trim(0)
+
+
+class QuietNanny(NannyPlugin):
+    """The nanny updates no system monitor: nothing reads a nanny's.
+
+    Every distributed server samples its process's CPU, memory, file descriptors and the host's
+    disk and network counters every 500 ms, for the dashboard's plots. The process backend's
+    nannies and scheduler run in the session's process, where each sample's ``/proc`` reads hand
+    the GIL back and forth with the user's main thread: building 1,000 ``delayed`` objects took
+    4-9% longer with those three monitors running (docs/benchmarks.md, ninth pass). The workers
+    keep theirs: their heartbeats carry its memory figure to the scheduler.
+    """
+
+    name = "openclaw-quiet-nanny"
+    idempotent = True
+
+    async def setup(self, nanny: Nanny) -> None:
+        await stop_system_monitor(nanny)
+
+
+async def stop_system_monitor(server: Server) -> None:
+    """Stop ``server``'s periodic system-monitor sample, or keep it from starting (on its event loop)."""
+    sampling = server.periodic_callbacks.pop("monitor", None)
+    if sampling is not None:
+        sampling.stop()

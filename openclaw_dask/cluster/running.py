@@ -252,7 +252,8 @@ class ThreadedEngine(RunningCluster):
         was measured faster on (:class:`~openclaw_dask.cluster.paths.PathChooser`)."""
         import dask
 
-        if self.paths is None or kwargs:
+        if self.paths is None or kwargs or not collections:
+            self.path = None  # no path taken (none: the small-tasks pass ran the whole graph in this thread)
             return super().compute(collections, **kwargs)
         shape = signature(collections)
         path = self.paths.path(shape, trial=self._pool.on_run is None)  # no trial while the profiler records

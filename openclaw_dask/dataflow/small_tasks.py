@@ -10,9 +10,15 @@ Before :meth:`Session.compute <openclaw_dask.Session.compute>` runs delayed obje
 2. when the engine's tasks can run in this process (``Engine.tasks_run_here``), times the first
    tasks of each group here, as :func:`~openclaw_dask.dataflow.map` does, and keeps their
    results when they are small (bigger ones are dropped, and those tasks run again on the engine);
+   when the rest of a group would take less time here than one task costs the engine, it runs
+   here too;
 3. puts each group into tasks of :func:`~openclaw_dask.dataflow.batched.plan_batches`' size,
    named ``(<name>-<token>, i)`` so the profiler counts them under the user's task name; each
-   consumer reads its item out of the batch's tuple inside its own task (no extra tasks).
+   consumer reads its item out of the batch's tuple inside its own task (no extra tasks);
+4. when all that is left is the one result asked for, whose inputs all ran here, runs it here
+   too: the engine would add a round trip and no parallelism.
+
+The profiler reports what ran here (:func:`watched`, ``SmallTasks.here``).
 
 Results are those of the unbatched graph: the same calls on the same arguments. Graphs of at
 least :data:`MIN_GROUP` layers also reach dask as one flat layer (several results: one task that
@@ -23,11 +29,13 @@ quadratic time (2,000 calls: ~0.4 s). Smaller graphs are left exactly as they ar
 from __future__ import annotations
 
 import logging
+import math
 import operator
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.dataflow._tasks import token
@@ -36,7 +44,7 @@ from openclaw_dask.dataflow.batched import PROBE_S, plan_batches
 if TYPE_CHECKING:
     from openclaw_dask.cluster import SessionLike
 
-__all__ = ["MIN_GROUP", "SmallTasks", "Unpack", "batch_small_tasks"]
+__all__ = ["MIN_GROUP", "SmallTasks", "Unpack", "batch_small_tasks", "watched"]
 
 logger = logging.getLogger("openclaw_dask.dataflow")
 
@@ -49,14 +57,32 @@ Unpack = Callable[[tuple[Any, ...]], tuple[Any, ...]]  # what was computed -> th
 
 @dataclass(frozen=True)
 class SmallTasks:
-    """What the pass did to one graph (``Session.small_tasks``, and logged): ``{name: (tasks, batch tasks)}`` and why."""
+    """What the pass did to one graph (``Session.small_tasks``, and logged): ``{name: (tasks, batch tasks)}`` and why.
+
+    ``here``: ``{name: (calls, seconds)}`` of the tasks that ran in this process, timed, and were not sent
+    to the engine (the profiler reports them: :func:`watched`).
+    """
 
     groups: dict[str, tuple[int, int]]
     reason: str
+    here: dict[str, tuple[int, float]] = field(default_factory=dict)
 
     def __str__(self) -> str:
         parts = ", ".join(f"{n} '{name}' tasks in {b} batch task(s)" for name, (n, b) in self.groups.items())
         return f"{parts} ({self.reason})"
+
+
+_WATCHERS: list[Callable[[SmallTasks], None]] = []
+
+
+@contextmanager
+def watched(callback: Callable[[SmallTasks], None]) -> Iterator[None]:
+    """Call ``callback`` with what the pass did to each graph computed inside this block (the profiler's record)."""
+    _WATCHERS.append(callback)
+    try:
+        yield
+    finally:
+        _WATCHERS.remove(callback)
 
 
 def _pack(*values: Any) -> tuple[Any, ...]:
@@ -74,8 +100,9 @@ def _groups(graph: dict[Any, Any], outputs: set[Any]) -> dict[str, list[Any]]:
     return {name: keys for name, keys in groups.items() if len(keys) >= MIN_GROUP}
 
 
-def _probe(graph: dict[Any, Any], keys: list[Any], subs: dict[Any, Any]) -> tuple[int, float] | None:
-    """Run ``keys``' first tasks here for :data:`PROBE_S`: how many ran and seconds per task; None if one raised.
+def _probe(graph: dict[Any, Any], keys: list[Any], subs: dict[Any, Any], seconds: float = PROBE_S
+           ) -> tuple[int, float] | None:
+    """Run ``keys``' first tasks here for ``seconds``: how many ran and seconds per task; None if one raised.
 
     A small result leaves ``graph`` and goes into ``subs``, to be inlined into its consumers as data
     (a data node of its own would still be a task on a cluster's scheduler); a raising task is left
@@ -86,7 +113,7 @@ def _probe(graph: dict[Any, Any], keys: list[Any], subs: dict[Any, Any]) -> tupl
 
     done = 0
     t0 = time.perf_counter()
-    while done < len(keys) and (time.perf_counter() - t0 < PROBE_S or not done):
+    while done < len(keys) and (time.perf_counter() - t0 < seconds or not done):
         key = keys[done]
         try:
             value = graph[key]({})
@@ -116,22 +143,45 @@ def _batched(session: SessionLike, graph: dict[Any, Any], outputs: set[Any]) -> 
     """Batch ``graph``'s groups of tiny tasks in place; what was done, or None."""
     subs: dict[Any, Any] = {}
     done: dict[str, tuple[int, int]] = {}
+    here: dict[str, tuple[int, float]] = {}
     reasons: set[str] = set()
+    overhead = session.engine.task_overhead_s
     for name, keys in _groups(graph, outputs).items():
         probed = _probe(graph, keys, subs)
         if probed is None:
             continue
         ran, item_s = probed
+        here[name] = (ran, ran * item_s)
+        if 0 < len(keys) - ran and (len(keys) - ran) * item_s <= overhead:  # the rest costs less than one task
+            more = _probe(graph, keys[ran:], subs, seconds=math.inf)
+            if more is not None:
+                ran, here[name] = ran + more[0], (ran + more[0], here[name][1] + more[0] * more[1])
         rest = keys[ran:]
-        plan = plan_batches(len(rest), item_s, session.engine.task_overhead_s, session.slots)
+        plan = plan_batches(len(rest), item_s, overhead, session.slots)
         if plan.batch_size > 1:
             subs.update(_batch(graph, name, rest, plan.batch_size))
         done[name] = (len(keys), plan.n_tasks if plan.batch_size > 1 else len(rest))
-        reasons.add(plan.reason if rest else f"all ran while timed here, under {PROBE_S * 1e3:g} ms")
+        reasons.add(plan.reason if rest else f"all ran here while timed, each under the engine's {overhead * 1e3:.1f} ms a task")
     for key, node in graph.items():
         if node.dependencies & subs.keys():
             graph[key] = node.substitute(subs)
-    return SmallTasks(done, "; ".join(sorted(reasons))) if done else None
+    return SmallTasks(done, "; ".join(sorted(reasons)), here) if done else None
+
+
+def _ran_here(graph: dict[Any, Any], key: Any) -> tuple[tuple[Any], float] | None:
+    """``key``'s result run here, and its seconds, when the pass left nothing else: one last task whose inputs all ran here.
+
+    Sent to a cluster, that one task would cost the engine a round trip (~7-9 ms to worker
+    processes) for no parallelism. None: something else is left, or it raised (the engine runs it
+    again and reports what it raises, as without the pass).
+    """
+    if len(graph) != 1 or graph[key].dependencies:
+        return None
+    t0 = time.perf_counter()
+    try:
+        return (graph[key]({}),), time.perf_counter() - t0
+    except Exception:  # noqa: BLE001 - the engine reports it, as it would without the pass
+        return None
 
 
 def _same(results: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -155,13 +205,21 @@ def batch_small_tasks(session: SessionLike, collections: list[Any]) -> tuple[lis
     if not all(type(c) is Delayed for c in collections) or _layers(collections) < MIN_GROUP:
         return collections, _same, None  # nothing to batch, and a few layers cull fast: a small compute pays nothing
     from dask._task_spec import Task, TaskRef, convert_legacy_graph
+    from dask.utils import key_split
 
     graph: dict[Any, Any] = {}
     for c in collections:
         graph.update(convert_legacy_graph(dict(c.__dask_graph__().items())))
     small = _batched(session, graph, {c.key for c in collections}) if session.engine.tasks_run_here else None
+    last = _ran_here(graph, collections[0].key) if small is not None and len(collections) == 1 else None
     if small is not None:
+        if last is not None:
+            small = replace(small, here={**small.here, key_split(collections[0].key): (1, last[1])})
         logger.info("small tasks: %s", small)
+        for watch in _WATCHERS.copy():
+            watch(small)
+    if last is not None:
+        return [], lambda _: last[0], small  # nothing left for the engine
     if len(collections) == 1:
         return [Delayed(collections[0].key, graph)], _same, small
     packed = Task(f"openclaw-results-{token()}", _pack, *(TaskRef(c.key) for c in collections))

@@ -32,9 +32,11 @@ from typing import TYPE_CHECKING, Any
 from openclaw_dask import memory_model
 from openclaw_dask.cluster import running_of
 from openclaw_dask.cluster.running import Recorder
+from openclaw_dask.dataflow import small_tasks
 
 if TYPE_CHECKING:
     from openclaw_dask.cluster import SessionLike
+    from openclaw_dask.dataflow.small_tasks import SmallTasks
 
 logger = logging.getLogger("openclaw_dask.diagnostics")
 
@@ -110,6 +112,7 @@ class RunRecord:
     projected: dict[str, int] = field(default_factory=dict)  # worker -> the most memory_model projected for it
     projected_graphs: int = 0  # graphs projected before they ran (Session.compute/persist)
     aside: list[tuple[str, float, float]] = field(default_factory=list)  # (label, start, stop): client work that is not the run
+    ran_here: dict[str, tuple[int, float]] = field(default_factory=dict)  # name -> (calls, s) the small-tasks pass ran here
 
     @property
     def wall_s(self) -> float:
@@ -316,8 +319,15 @@ def collect(session: SessionLike) -> Iterator[RunRecord]:
                        in_process=backend.capabilities.in_process, engine=str(session.engine))
 
     with watch_aside(lambda label, start, stop: record.aside.append((label, start, stop))), \
-            memory_model.watched(lambda peaks: _projected(record, peaks)), running_of(session).record(_Recorder(record)):
+            memory_model.watched(lambda peaks: _projected(record, peaks)), small_tasks.watched(lambda s: _ran_here(record, s)), \
+            running_of(session).record(_Recorder(record)):
         yield record
+
+
+def _ran_here(record: RunRecord, small: SmallTasks) -> None:
+    for name, (calls, seconds) in small.here.items():
+        before = record.ran_here.get(name, (0, 0.0))
+        record.ran_here[name] = (before[0] + calls, before[1] + seconds)
 
 
 def _projected(record: RunRecord, peaks: dict[str, int]) -> None:
@@ -403,16 +413,29 @@ def _stream_tasks(stream: list[dict[str, Any]], record: RunRecord, inputs: dict[
         if not computes:
             continue
         last, before = computes[-1], (computes[-2]["stop"] if len(computes) > 1 else -math.inf)
-        # only what ran inside the window: a clock step or an earlier task must not inflate busy time
-        start, stop = max(last["start"], record.start), min(last["stop"], record.stop)
-        if stop <= start:
-            continue
+        start, stop = _in_window(last["start"], last["stop"], record)
         transfer = sum(s["stop"] - s["start"] for s in r["startstops"] if s["action"] == "transfer" and s["start"] >= before)
         key = _key_text(r["key"])
         yield TaskRecord(
             key=key, group=_group(r["key"]), worker=r["worker"], thread=int(r.get("thread") or 0), start=start, stop=stop,
             nbytes=int(r.get("nbytes") or 0), transfer_s=transfer, input_bytes=int(sum(inputs.get(key, (0, 0)))),
         )
+
+
+def _in_window(start: float, stop: float, record: RunRecord) -> tuple[float, float]:
+    """A task's interval from the stream, inside the record's window (the part in it; a clock step or an earlier
+    task must not inflate busy time).
+
+    Every task in the stream ran for this record, but the scheduler shifts a worker's times by its
+    estimate of that worker's clock offset, a few milliseconds off on a new cluster: a short last task
+    can seem to start after the block ended. Such a task keeps its duration, placed at the nearer edge.
+    """
+    inside = max(start, record.start), min(stop, record.stop)
+    if inside[1] > inside[0]:
+        return inside
+    duration = min(max(0.0, stop - start), record.stop - record.start)
+    start = min(max(start, record.start), record.stop - duration)
+    return start, start + duration
 
 
 @contextmanager

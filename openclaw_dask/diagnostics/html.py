@@ -24,8 +24,9 @@ def _palette(names: list[str]) -> dict[str, str]:
 def _verdicts_div(report: Any) -> Any:
     from bokeh.models.widgets import Div
 
+    here = f"<li>ran in the client by the small-tasks pass: {html.escape(report.here_line())}</li>" if report.ran_here else ""
     if report.n_tasks == 0:
-        items = "<li>no tasks ran: nothing to profile</li>"
+        items = "" if here else "<li>no tasks ran: nothing to profile</li>"
     elif not report.verdicts:
         items = "<li>no problems found: load is balanced and tasks are big enough to amortise scheduling</li>"
     else:
@@ -33,6 +34,7 @@ def _verdicts_div(report: Any) -> Any:
             f"<li><b>{html.escape(v.kind)}</b>: {html.escape(v.summary)}<br><i>fix:</i> {html.escape(v.fix)}</li>"
             for v in report.verdicts
         )
+    items = here + items
     head = f"{report.n_tasks} tasks on {report.slots} thread(s), {report.wall_s:.2f} s wall, backend {html.escape(report.backend)}"
     return Div(text=f"<h2>openclaw profile</h2><p>{head}</p><ul class='verdicts'>{items}</ul>", width=1000)
 

@@ -124,8 +124,11 @@ def print_profile(report: Any) -> None:
                _b(g.bytes_max)) for g in report.groups[:12]]
     print_table(console, "task groups", _GROUP_COLS, groups)
     im = report.imbalance
+    if report.ran_here:
+        console.print(f"ran in the client by the small-tasks pass: {escape(report.here_line())}")
     if report.n_tasks == 0:
-        console.print("[yellow]no tasks ran[/]: nothing to profile (did the script compute anything?)")
+        if not report.ran_here:
+            console.print("[yellow]no tasks ran[/]: nothing to profile (did the script compute anything?)")
         return
     if not report.verdicts:
         console.print(f"[green]no problems found[/]: busiest lane {im['max_over_mean']:.2f}x the mean (CV {im['cv']:.2f}), "
