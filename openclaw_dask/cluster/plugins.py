@@ -154,8 +154,8 @@ class QuietNanny(NannyPlugin):
     disk and network counters every 500 ms, for the dashboard's plots. The process backend's
     nannies and scheduler run in the session's process, where each sample's ``/proc`` reads hand
     the GIL back and forth with the user's main thread: building 1,000 ``delayed`` objects took
-    4-9% longer with those three monitors running (docs/benchmarks.md, ninth pass). The workers
-    keep theirs: their heartbeats carry its memory figure to the scheduler.
+    1.4-3.1% longer with those three monitors sampling (docs/benchmarks.md, ninth pass). The
+    workers keep theirs: their heartbeats carry its memory figure to the scheduler.
     """
 
     name = "openclaw-quiet-nanny"
