@@ -36,7 +36,7 @@ SCRIPTS = {
         import dask.array as da
         from distributed import Client, LocalCluster
         if __name__ == "__main__":
-            with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster):
+            with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address="127.0.0.1:0", host="127.0.0.1") as cluster, Client(cluster):
                 assert da.arange(1000, chunks=500).sum().compute() == 499500
         """,
     "openclaw process, 2 workers": """

@@ -116,7 +116,7 @@ def raw_dask_cuda(n: int, repeat: int, pool_bytes: int) -> dict[str, float]:
     sync = cupy.cuda.Device().synchronize
     out = {}
     kwargs = {"rmm_pool_size": pool_bytes} if importlib.util.find_spec("rmm") else {}
-    with LocalCUDACluster(n_workers=1, threads_per_worker=1, dashboard_address=None, **kwargs) as cluster, \
+    with LocalCUDACluster(n_workers=1, threads_per_worker=1, dashboard_address="127.0.0.1:0", **kwargs) as cluster, \
             Client(cluster, direct_to_workers=True) as client, dask.config.set({"array.backend": "cupy"}):
         for chunk in RAW_CHUNKS:
             x = da.random.random(n, chunks=max(1, parse_bytes(chunk) // 8)).persist()

@@ -41,7 +41,7 @@ def raw_threaded(n: int) -> Iterator[tuple[Callable[[], object], str]]:
 @contextlib.contextmanager
 def raw_distributed(n: int, processes: bool) -> Iterator[tuple[Callable[[], object], str]]:
     with LocalCluster(n_workers=CPU_COUNT if processes else 1, threads_per_worker=1 if processes else CPU_COUNT,
-                      processes=processes, dashboard_address=None, host="127.0.0.1" if processes else None) as cluster, \
+                      processes=processes, dashboard_address="127.0.0.1:0", host="127.0.0.1" if processes else None) as cluster, \
             Client(cluster, set_as_default=False) as client:
         x = client.persist(da.arange(n, dtype="f8", chunks=parse_bytes(RAW_CHUNK) // 8))
         client.compute(x.sum(), sync=True)  # waits for the persisted chunks

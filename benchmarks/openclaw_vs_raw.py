@@ -41,7 +41,7 @@ def main() -> None:
             wait(x)
             processes = backend == "process"
             with LocalCluster(n_workers=args.workers if processes else 1, threads_per_worker=1 if processes else args.workers,
-                              processes=processes, dashboard_address=None, host="127.0.0.1" if processes else None) as lc, \
+                              processes=processes, dashboard_address="127.0.0.1:0", host="127.0.0.1" if processes else None) as lc, \
                     Client(lc, set_as_default=False) as raw:
                 y = raw.persist(da.arange(n, dtype="f8", chunks=chunks))
                 z = s.client.persist(da.arange(n, dtype="f8", chunks=chunks))  # raw graph, openclaw's cluster

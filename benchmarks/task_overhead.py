@@ -97,7 +97,7 @@ def _variants(stack: contextlib.ExitStack) -> dict[str, dict[str, Callable[[], A
                                "loop of 2,000": lambda: dask.compute(_loop(), scheduler="threads")}}
     for label, processes in (("raw distributed, in-process", False), ("raw distributed, 2 processes", True)):
         cluster = stack.enter_context(LocalCluster(n_workers=2, threads_per_worker=1, processes=processes,
-                                                   dashboard_address=None))
+                                                   dashboard_address="127.0.0.1:0", host="127.0.0.1" if processes else None))
         client = stack.enter_context(Client(cluster, set_as_default=False))
         out[label] = {"2,000 delayed": lambda c=client: c.gather(c.compute(_calls())),
                       "loop of 2,000": lambda c=client: c.compute(_loop()).result(),

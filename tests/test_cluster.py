@@ -346,7 +346,7 @@ def test_shutting_a_cluster_down_closes_its_workers_before_its_scheduler():
 
     # the cluster object finds its scheduler gone when it closes: it need not retry for 30 s
     with dask.config.set({"distributed.comm.timeouts.connect": "1s"}), \
-            LocalCluster(n_workers=2, processes=False, dashboard_address=None) as cluster:  # inproc: no sockets
+            LocalCluster(n_workers=2, processes=False, dashboard_address="127.0.0.1:0") as cluster:  # inproc; HTTP on loopback
         census = Census(cluster.scheduler)
         cluster.scheduler.add_plugin(census)
         config = load_config(None, {}, env={})

@@ -125,10 +125,20 @@ def test_what_is_not_a_tiny_loop_is_left_alone():
 
 
 def test_many_delayed_results_come_back_in_order_from_one_flat_graph(s):
-    parts = [dask.delayed(inc)(i) for i in range(300)]
-    run, _, _ = batch_small_tasks(s, parts)
+    parts = [dask.delayed(spin)(i) for i in range(300)]  # 15 ms of calls: batched, not all run here
+    run, _, small = batch_small_tasks(s, parts)
     assert len(run) == 1 and isinstance(run[0].dask, dict)  # one flat layer for dask to cull, not 300
+    assert small.groups["spin"][0] == 300 and small.groups["spin"][1] < 300  # results asked for are batched too
     assert s.compute(*parts) == tuple(range(1, 301))
+
+
+def test_many_microsecond_results_are_computed_in_the_client(s):
+    """``dask.compute(*[delayed(f)(x) for x in xs])``: each result was a task of its own on the engine
+    (~1.2 ms a result on 2 worker processes), as results asked for were never batched."""
+    parts = [dask.delayed(inc)(i) for i in range(300)]
+    with collect(s) as record:
+        assert s.compute(*parts) == tuple(range(1, 301))
+    assert record.graphs == 0 and record.ran_here == {"inc": (300, record.ran_here["inc"][1])}
 
 
 def boom(i):
@@ -142,10 +152,11 @@ def test_a_raising_task_fails_on_the_engine_as_without_the_pass(s):
         s.compute(dask.delayed(sum)([dask.delayed(boom)(i) for i in range(100)]))
 
 
-def test_results_asked_for_are_never_batched_away():
-    with start({}) as s:
-        parts = [dask.delayed(inc)(i) for i in range(100)]
-        assert s.compute(*parts[:3], loop(100)) == (1, 2, 3, sum(range(1, 101)))
+def test_results_asked_for_come_back_whatever_the_pass_did_with_them(s):
+    parts = [dask.delayed(inc)(i) for i in range(100)]
+    assert s.compute(*parts[:3], loop(100)) == (1, 2, 3, sum(range(1, 101)))
+    spins = [dask.delayed(spin)(i) for i in range(200)]
+    assert s.compute(*spins[:3], dask.delayed(sum)(spins), spins[-1]) == (1, 2, 3, sum(range(1, 201)), 200)
 
 
 def test_group_size_keeps_the_task_cost_under_five_percent_and_work_for_every_slot():

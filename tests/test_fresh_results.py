@@ -117,7 +117,7 @@ def test_worker_processes_started_inside_a_session_start(tmp_path):
     from distributed import Client, LocalCluster
 
     with openclaw_dask.session(backend="thread", workers=1, engine="distributed") as s, \
-            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1",
+            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0", host="127.0.0.1",
                          local_directory=str(tmp_path)) as cluster, Client(cluster, set_as_default=False) as raw:
         assert raw.submit(lambda: dask.config.get("scheduler", None), pure=False).result() in (None, "dask.distributed")
         assert s.compute(s.array((10,), fill="arange").sum()) == 45

@@ -5,8 +5,9 @@ each costs the engine its fixed per-task time (``Engine.task_overhead_s``: ~0.3 
 local schedulers, ~2.7 ms on worker processes), far more than a call that takes microseconds.
 Before :meth:`Session.compute <openclaw_dask.Session.compute>` runs delayed objects, this pass:
 
-1. finds groups of at least :data:`MIN_GROUP` tasks with the same name (dask's ``key_split``),
-   no dependencies, and not asked for as results;
+1. finds groups of at least :data:`MIN_GROUP` tasks with the same name (dask's ``key_split``)
+   and no dependencies (several results asked for: one task packs them first, so the tasks that
+   make them are in groups too; a single result is the graph's last task);
 2. when the engine's tasks can run in this process (``Engine.tasks_run_here``), times the first
    tasks of each group here, as :func:`~openclaw_dask.dataflow.map` does, and keeps their
    results when they are small (bigger ones are dropped, and those tasks run again on the engine);
@@ -15,8 +16,8 @@ Before :meth:`Session.compute <openclaw_dask.Session.compute>` runs delayed obje
 3. puts each group into tasks of :func:`~openclaw_dask.dataflow.batched.plan_batches`' size,
    named ``(<name>-<token>, i)`` so the profiler counts them under the user's task name; each
    consumer reads its item out of the batch's tuple inside its own task (no extra tasks);
-4. when all that is left is the one result asked for, whose inputs all ran here, runs it here
-   too: the engine would add a round trip and no parallelism.
+4. when all that is left is the one last task (the result asked for, or the packing), its inputs
+   all computed here, runs it here too: the engine would add a round trip and no parallelism.
 
 The profiler reports what ran here (:func:`watched`, ``SmallTasks.here``).
 
@@ -188,6 +189,11 @@ def _same(results: tuple[Any, ...]) -> tuple[Any, ...]:
     return results
 
 
+def _unpacked(results: tuple[Any, ...]) -> tuple[Any, ...]:
+    packed: tuple[Any, ...] = results[0]  # the packing task's tuple
+    return packed
+
+
 def _layers(collections: list[Any]) -> int:
     return sum(len(getattr(c.dask, "layers", (c,))) for c in collections)  # a Delayed's graph: one layer per call
 
@@ -210,18 +216,18 @@ def batch_small_tasks(session: SessionLike, collections: list[Any]) -> tuple[lis
     graph: dict[Any, Any] = {}
     for c in collections:
         graph.update(convert_legacy_graph(dict(c.__dask_graph__().items())))
-    small = _batched(session, graph, {c.key for c in collections}) if session.engine.tasks_run_here else None
-    last = _ran_here(graph, collections[0].key) if small is not None and len(collections) == 1 else None
+    key, unpack = collections[0].key, _same
+    if len(collections) > 1:  # one task packs the results: the tasks that make them can be batched like any other
+        packed = Task(f"openclaw-results-{token()}", _pack, *(TaskRef(c.key) for c in collections))
+        graph[packed.key], key, unpack = packed, packed.key, _unpacked
+    small = _batched(session, graph, {key}) if session.engine.tasks_run_here else None
+    last = _ran_here(graph, key) if small is not None else None
     if small is not None:
-        if last is not None:
-            small = replace(small, here={**small.here, key_split(collections[0].key): (1, last[1])})
+        if last is not None and len(collections) == 1:  # the user's task (not openclaw's packing)
+            small = replace(small, here={**small.here, key_split(key): (1, last[1])})
         logger.info("small tasks: %s", small)
         for watch in _WATCHERS.copy():
             watch(small)
     if last is not None:
-        return [], lambda _: last[0], small  # nothing left for the engine
-    if len(collections) == 1:
-        return [Delayed(collections[0].key, graph)], _same, small
-    packed = Task(f"openclaw-results-{token()}", _pack, *(TaskRef(c.key) for c in collections))
-    graph[packed.key] = packed
-    return [Delayed(packed.key, graph)], operator.itemgetter(0), small
+        return [], lambda _: unpack(last[0]), small  # nothing left for the engine
+    return [Delayed(key, graph)], unpack, small
