@@ -156,13 +156,14 @@ def _batched(session: SessionLike, graph: dict[Any, Any], outputs: set[Any]) -> 
         if 0 < len(keys) - ran and (len(keys) - ran) * item_s <= overhead:  # the rest costs less than one task
             more = _probe(graph, keys[ran:], subs, seconds=math.inf)
             if more is not None:
-                ran, here[name] = ran + more[0], (ran + more[0], here[name][1] + more[0] * more[1])
+                ran += more[0]
+                here[name] = (ran, here[name][1] + more[0] * more[1])
         rest = keys[ran:]
         plan = plan_batches(len(rest), item_s, overhead, session.slots)
         if plan.batch_size > 1:
             subs.update(_batch(graph, name, rest, plan.batch_size))
         done[name] = (len(keys), plan.n_tasks if plan.batch_size > 1 else len(rest))
-        reasons.add(plan.reason if rest else f"all ran here while timed, each under the engine's {overhead * 1e3:.1f} ms a task")
+        reasons.add(plan.reason if rest else f"all ran here while timed ({overhead * 1e3:.1f} ms a task on this engine)")
     for key, node in graph.items():
         if node.dependencies & subs.keys():
             graph[key] = node.substitute(subs)
