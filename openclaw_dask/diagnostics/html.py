@@ -24,7 +24,9 @@ def _palette(names: list[str]) -> dict[str, str]:
 def _verdicts_div(report: Any) -> Any:
     from bokeh.models.widgets import Div
 
-    here = f"<li>ran in the client by the small-tasks pass: {html.escape(report.here_line())}</li>" if report.ran_here else ""
+    from openclaw_dask.diagnostics.analysis import HERE
+
+    here = f"<li>{HERE}: {html.escape(report.here_line())}</li>" if report.ran_here else ""
     if report.n_tasks == 0:
         items = "" if here else "<li>no tasks ran: nothing to profile</li>"
     elif not report.verdicts:

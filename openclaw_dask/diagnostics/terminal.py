@@ -125,7 +125,9 @@ def print_profile(report: Any) -> None:
     print_table(console, "task groups", _GROUP_COLS, groups)
     im = report.imbalance
     if report.ran_here:
-        console.print(f"ran in the client by the small-tasks pass: {escape(report.here_line())}")
+        from openclaw_dask.diagnostics.analysis import HERE
+
+        console.print(f"{HERE}: {escape(report.here_line())}")
     if report.n_tasks == 0:
         if not report.ran_here:
             console.print("[yellow]no tasks ran[/]: nothing to profile (did the script compute anything?)")
