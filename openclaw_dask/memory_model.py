@@ -268,12 +268,17 @@ def _graph(collections: list[Any]) -> tuple[dict[str, Layout], list[Any]] | None
     for c in collections:
         for name, layer in getattr(c.__dask_graph__(), "layers", {}).items():
             ann = getattr(layer, "collection_annotations", None) or {}
-            if ann.get("chunks") and hasattr(ann.get("dtype"), "itemsize"):
+            if ann.get("chunks") and hasattr(ann.get("dtype"), "itemsize") and _known(ann["chunks"]):
                 layouts[str(name)] = (tuple(tuple(int(n) for n in a) for a in ann["chunks"]), ann["dtype"].itemsize)
-        if isinstance(c, Array):  # else a delayed graph of declared sizes
+        if isinstance(c, Array) and _known(c.chunks):  # else a delayed graph of declared sizes
             layouts[str(c.name)] = (tuple(tuple(int(n) for n in a) for a in c.chunks), c.dtype.itemsize)
         results.extend(flatten(c.__dask_keys__()))
     return (layouts, results) if results else None
+
+
+def _known(chunks: tuple[tuple[float, ...], ...]) -> bool:
+    """No chunk of unknown size (``x[x > 0]``'s are NaN until computed): such a layer is left out, as an undeclared one."""
+    return not any(math.isnan(n) for dim in chunks for n in dim)
 
 
 def _pulled(dsk: dict[Any, Any], ordered: list[Any]) -> set[Any]:

@@ -31,13 +31,18 @@ def _sum_tasks(x) -> int:
 
 
 def _executions(s, run) -> int:
-    """Sum tasks the engine ran during ``run()``: the scheduler's task stream, or dask's callbacks locally."""
+    """Sum tasks run during ``run()``: the scheduler's task stream and the combines run in the client
+    (``cluster/tails.py``), or dask's callbacks locally."""
     if s.engine.distributed:
         from distributed import get_task_stream
 
-        with get_task_stream(s.client) as ts:
+        from openclaw_dask.cluster import here
+
+        ran_here: list[int] = []
+        with get_task_stream(s.client) as ts, here.watched(lambda ran: ran_here.extend(
+                calls for name, (calls, _) in ran.items() if _is_sum(name))):
             run()
-        return sum(_is_sum(task["key"]) for task in ts.data)
+        return sum(_is_sum(task["key"]) for task in ts.data) + sum(ran_here)
     from dask.callbacks import Callback
 
     ran = []

@@ -102,6 +102,15 @@ def test_no_array_no_projection():
     assert project([dask.delayed(sum)([1, 2])]) is None  # a Delayed has every attribute, chunks too
 
 
+def test_chunks_of_unknown_size_are_left_out_not_a_crash():
+    """``x[x > 0]`` has NaN chunks until computed: the check raised ValueError on every backend."""
+    x = da.arange(1_000, chunks=100, dtype="float64") - 500
+    masked = x[x > 0]
+    assert project([masked.sum()], threads=2) is not None  # the layers of known size still count
+    with openclaw_dask.session() as s:
+        assert s.compute(masked.sum()) == sum(range(1, 500))
+
+
 def test_misfit_names_the_worker_and_a_chunk_that_fits():
     workers = {"tcp://127.0.0.1:1": {"memory_limit": 256 * MiB, "nthreads": 2, "metrics": {"memory": 80 * MiB}}}
     p = project([(da.ones((4096, 4096), chunks=(2048, 4096)) + 1).sum()], threads=2)  # 64 MiB chunks

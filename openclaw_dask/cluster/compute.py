@@ -22,6 +22,9 @@ are other processes of this machine, an array of 32 MiB or more is not gathered 
 final tasks write their chunks into a buffer the client maps (:mod:`~openclaw_dask.cluster.shared_results`).
 :func:`fresh_get` does the same for a plain ``x.compute()`` or ``np.asarray(x)`` of one NumPy-backed
 array (512 MiB on 2 worker processes: 353-376 -> 54-60 ms, through shared memory).
+
+A reduction's last combine. Its partials come back and dask's aggregate runs here
+(:mod:`~openclaw_dask.cluster.tails`): one scheduling round and one transfer between workers fewer.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from openclaw_dask.cluster.here import Ran, tell
+from openclaw_dask.cluster.tails import Tail, tail_of
 
 if TYPE_CHECKING:
     from openclaw_dask.cluster.shared_results import SharedResults
@@ -47,12 +53,13 @@ _GET_KEYWORDS = frozenset({"optimize_graph", "retries", "workers", "allow_other_
 
 
 def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, shared: SharedResults | None = None,
-            **kwargs: Any) -> tuple[Any, ...]:
+            tails: bool = True, **kwargs: Any) -> tuple[Any, ...]:
     """The results of ``collections`` computed on ``client``, in order, each computed anew.
 
     ``watch(futures)`` is entered around the wait for them (the session's stall watch,
     :mod:`~openclaw_dask.cluster.stall`). With ``shared`` (workers on this machine), large
     arrays are written by their workers straight into the client's memory (:mod:`~openclaw_dask.cluster.shared_results`).
+    A reduction's last combine runs here (:mod:`~openclaw_dask.cluster.tails`) unless ``tails`` is false.
     """
     import dask.array as da
 
@@ -60,27 +67,57 @@ def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, s
         return ()  # nothing left to run (the small-tasks pass ran the graph in this process): no round trip
     if not all(isinstance(c, da.Array) for c in collections) or set(kwargs) - _GET_KEYWORDS:
         return tuple(_gathered(client, client.compute(collections, **kwargs), watch))
-    from dask.base import collections_to_expr
-
     takes = _takes(client, collections, shared)
     lent = [shared.lend(a.nbytes) if shared is not None and t else None for a, t in zip(collections, takes, strict=True)]
     written = [array if buf is None else _written(array, buf.path) for array, buf in zip(collections, lent, strict=True)]
+    tails_here = tails and kwargs.get("optimize_graph", True)
+    ends = [tail_of(a) if tails_here and buf is None else None for a, buf in zip(collections, lent, strict=True)]
+    sent = [x for array, end in zip(written, ends, strict=True) for x in ((array,) if end is None else end.inputs)]
     try:
-        expr = collections_to_expr(written, kwargs.pop("optimize_graph", True)).optimize()
-        chunks = _gathered(client, client.get(expr, expr.__dask_keys__(), sync=False, **kwargs), watch)
+        chunks = iter(_arrays_gathered(client, sent, watch, kwargs))
     except BaseException:
         if shared is not None:
             for unfinished in filter(None, lent):  # its tasks may still be writing: never lent again
                 shared.discard(unfinished)
         raise
-    results = []
-    for array, buf, parts in zip(collections, lent, chunks, strict=True):
-        if buf is not None:
+    results: list[Any] = []
+    ran: Ran = {}
+    for array, buf, end in zip(collections, lent, ends, strict=True):
+        if end is not None:
+            parts = [next(chunks) for _ in end.inputs]
+            results.append(_ended(client, end, parts, ran, watch=watch, **kwargs))
+        elif buf is not None:
+            next(chunks)  # the receipts of its writes
             results.append(buf.array(array.shape, array.dtype))
-            continue
-        finalize, args = array.__dask_postcompute__()
-        results.append(finalize(parts, *args))
+        else:
+            finalize, args = array.__dask_postcompute__()
+            results.append(finalize(next(chunks), *args))
+    tell(ran)
     return tuple(results)
+
+
+def _arrays_gathered(client: Any, arrays: list[Any], watch: Watch, kwargs: dict[str, Any]) -> list[Any]:
+    """Each array's chunks (a nested list per array), computed on ``client`` in one graph."""
+    from dask.base import collections_to_expr
+
+    kwargs = dict(kwargs)
+    expr = collections_to_expr(arrays, kwargs.pop("optimize_graph", True)).optimize()
+    return list(_gathered(client, client.get(expr, expr.__dask_keys__(), sync=False, **kwargs), watch))
+
+
+def _ended(client: Any, end: Tail, parts: list[Any], ran: Ran, **kwargs: Any) -> Any:
+    """``end``'s array from its inputs' chunks, its combine run here (counted in ``ran``).
+
+    A combine that raises here (a user's ``aggregate=`` that needs a worker, say) is computed on
+    the engine after all, which reports what it raises as it would without this pass.
+    """
+    try:
+        result, seconds = end.run(parts)
+    except Exception:  # noqa: BLE001 - the engine's own run reports it
+        return compute(client, [end.array], tails=False, **kwargs)[0]
+    calls, before = ran.get(end.name, (0, 0.0))
+    ran[end.name] = (calls + 1, before + seconds)
+    return result
 
 
 def _takes(client: Any, collections: list[Any], shared: SharedResults | None) -> list[bool]:

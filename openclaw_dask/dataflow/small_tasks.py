@@ -19,7 +19,7 @@ Before :meth:`Session.compute <openclaw_dask.Session.compute>` runs delayed obje
 4. when all that is left is the one last task (the result asked for, or the packing), its inputs
    all computed here, runs it here too: the engine would add a round trip and no parallelism.
 
-The profiler reports what ran here (:func:`watched`, ``SmallTasks.here``).
+The profiler reports what ran here (``SmallTasks.here``, told to :func:`openclaw_dask.cluster.here.tell`).
 
 Results are those of the unbatched graph: the same calls on the same arguments. Graphs of at
 least :data:`MIN_GROUP` layers also reach dask as one flat layer (several results: one task that
@@ -34,18 +34,18 @@ import math
 import operator
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from openclaw_dask.cluster.here import tell
 from openclaw_dask.dataflow._tasks import token
 from openclaw_dask.dataflow.batched import PROBE_S, plan_batches
 
 if TYPE_CHECKING:
     from openclaw_dask.cluster import SessionLike
 
-__all__ = ["MIN_GROUP", "SmallTasks", "Unpack", "batch_small_tasks", "watched"]
+__all__ = ["MIN_GROUP", "SmallTasks", "Unpack", "batch_small_tasks"]
 
 logger = logging.getLogger("openclaw_dask.dataflow")
 
@@ -61,7 +61,7 @@ class SmallTasks:
     """What the pass did to one graph (``Session.small_tasks``, and logged): ``{name: (tasks, batch tasks)}`` and why.
 
     ``here``: ``{name: (calls, seconds)}`` of the tasks that ran in this process, timed, and were not sent
-    to the engine (the profiler reports them: :func:`watched`).
+    to the engine (the profiler reports them: :mod:`openclaw_dask.cluster.here`).
     """
 
     groups: dict[str, tuple[int, int]]
@@ -71,19 +71,6 @@ class SmallTasks:
     def __str__(self) -> str:
         parts = ", ".join(f"{n} '{name}' tasks in {b} batch task(s)" for name, (n, b) in self.groups.items())
         return f"{parts} ({self.reason})"
-
-
-_WATCHERS: list[Callable[[SmallTasks], None]] = []
-
-
-@contextmanager
-def watched(callback: Callable[[SmallTasks], None]) -> Iterator[None]:
-    """Call ``callback`` with what the pass did to each graph computed inside this block (the profiler's record)."""
-    _WATCHERS.append(callback)
-    try:
-        yield
-    finally:
-        _WATCHERS.remove(callback)
 
 
 def _pack(*values: Any) -> tuple[Any, ...]:
@@ -227,8 +214,7 @@ def batch_small_tasks(session: SessionLike, collections: list[Any]) -> tuple[lis
         if last is not None and len(collections) == 1:  # the user's task (not openclaw's packing)
             small = replace(small, here={**small.here, key_split(key): (1, last[1])})
         logger.info("small tasks: %s", small)
-        for watch in _WATCHERS.copy():
-            watch(small)
+        tell(small.here)
     if last is not None:
         return [], lambda _: unpack(last[0]), small  # nothing left for the engine
     return [Delayed(key, graph)], unpack, small

@@ -121,7 +121,7 @@ class ProfileReport:
     ran_here: dict[str, tuple[int, float]] = field(default_factory=dict)  # name -> (calls, s): run in the client, not sent
 
     def here_line(self) -> str:
-        """What the small-tasks pass ran in the client instead of sending it, e.g. ``1000 'inc' in 2.1ms, 1 'sum' in 15us``."""
+        """What ran in the client instead of being sent (small-tasks pass, a reduction's last combine), e.g. ``1000 'inc' in 2.1ms, 1 'sum' in 15us``."""
         return ", ".join(f"{n:,} '{name}' in {format_time(s)}" for name, (n, s) in self.ran_here.items())
 
     def kinds(self) -> set[str]:
@@ -406,19 +406,19 @@ def _left_out(record: RunRecord) -> tuple[list[TaskRecord], dict[str, float]]:
     return run, seconds
 
 
-HERE = "ran in the client by the small-tasks pass"
+HERE = "ran in the client, not sent to the engine"
 
 
 def _outside(record: RunRecord, wall: float) -> list[Verdict]:
     """Wall time with no task running anywhere: graph building and submission, results sent back, or the client's own code.
 
     Left out: what the workload marked as not the run (checking its answer, and the tasks that ran for it),
-    the tasks the small-tasks pass ran in the client, and the scheduling the tasks themselves cost (the overhead-bound verdict's part: it leaves lanes idle too).
+    the tasks run in the client (small-tasks pass, reductions' last combines), and the scheduling the tasks themselves cost (the overhead-bound verdict's part: it leaves lanes idle too).
     """
     tasks, aside = _left_out(record)
     if not tasks:
         return []
-    if record.ran_here:  # the run's own tasks, run in the client by the small-tasks pass
+    if record.ran_here:  # the run's own tasks, run in the client (cluster/here.py)
         aside[HERE] = sum(seconds for _, seconds in record.ran_here.values())
     first, last, busy = _busy_union(tasks)
     idle, scheduling = wall - busy, len(tasks) * record.task_overhead_s

@@ -30,13 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask import memory_model
-from openclaw_dask.cluster import running_of
+from openclaw_dask.cluster import here, running_of
 from openclaw_dask.cluster.running import Recorder
-from openclaw_dask.dataflow import small_tasks
 
 if TYPE_CHECKING:
     from openclaw_dask.cluster import SessionLike
-    from openclaw_dask.dataflow.small_tasks import SmallTasks
 
 logger = logging.getLogger("openclaw_dask.diagnostics")
 
@@ -112,7 +110,7 @@ class RunRecord:
     projected: dict[str, int] = field(default_factory=dict)  # worker -> the most memory_model projected for it
     projected_graphs: int = 0  # graphs projected before they ran (Session.compute/persist)
     aside: list[tuple[str, float, float]] = field(default_factory=list)  # (label, start, stop): client work that is not the run
-    ran_here: dict[str, tuple[int, float]] = field(default_factory=dict)  # name -> (calls, s) the small-tasks pass ran here
+    ran_here: dict[str, tuple[int, float]] = field(default_factory=dict)  # name -> (calls, s) run in the client (cluster/here.py)
 
     @property
     def wall_s(self) -> float:
@@ -319,13 +317,13 @@ def collect(session: SessionLike) -> Iterator[RunRecord]:
                        in_process=backend.capabilities.in_process, engine=str(session.engine))
 
     with watch_aside(lambda label, start, stop: record.aside.append((label, start, stop))), \
-            memory_model.watched(lambda peaks: _projected(record, peaks)), small_tasks.watched(lambda s: _ran_here(record, s)), \
+            memory_model.watched(lambda peaks: _projected(record, peaks)), here.watched(lambda ran: _ran_here(record, ran)), \
             running_of(session).record(_Recorder(record)):
         yield record
 
 
-def _ran_here(record: RunRecord, small: SmallTasks) -> None:
-    for name, (calls, seconds) in small.here.items():
+def _ran_here(record: RunRecord, ran: here.Ran) -> None:
+    for name, (calls, seconds) in ran.items():
         before = record.ran_here.get(name, (0, 0.0))
         record.ran_here[name] = (before[0] + calls, before[1] + seconds)
 

@@ -1,0 +1,36 @@
+"""What ran in this process rather than on the engine, told to the profiler.
+
+Two passes run a graph's cheapest tasks in the client: the small-tasks pass
+(:mod:`openclaw_dask.dataflow.small_tasks`) and a reduction's last combine on a distributed engine
+(:mod:`openclaw_dask.cluster.tails`). Those tasks never reach the engine's task stream, so each pass
+tells :func:`tell` what it ran, and the profiler (``openclaw profile``) reports it as run in the
+client instead of counting it as time outside tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+__all__ = ["Ran", "tell", "watched"]
+
+Ran = dict[str, tuple[int, float]]  # task name -> (calls, seconds) run here
+
+_WATCHERS: list[Callable[[Ran], None]] = []
+
+
+@contextmanager
+def watched(callback: Callable[[Ran], None]) -> Iterator[None]:
+    """Call ``callback`` with what ran in this process for each graph computed inside this block."""
+    _WATCHERS.append(callback)
+    try:
+        yield
+    finally:
+        _WATCHERS.remove(callback)
+
+
+def tell(ran: Ran) -> None:
+    """``ran`` ran here, not on the engine: tell whoever watches."""
+    if ran:
+        for callback in _WATCHERS.copy():
+            callback(ran)

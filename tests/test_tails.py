@@ -1,0 +1,101 @@
+"""A reduction's last combine runs in the client on a distributed engine (``cluster/tails.py``)."""
+
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+
+from openclaw_dask import Session, load_config
+from openclaw_dask.cluster import running_of
+from openclaw_dask.cluster.tails import MAX_BYTES, tail_of
+from openclaw_dask.diagnostics.collect import collect
+
+ENGINES = {
+    "process": {"parallel.backend": "process", "parallel.workers": 2},
+    "in-process": {"parallel.engine": "distributed", "parallel.workers": 2},
+}
+
+x = da.arange(10_000, chunks=1_000, dtype="float64") % 7 - 3.5  # 10 chunks: one level of partials, then the combine
+few = da.arange(2_000, chunks=1_000, dtype="float64")  # 2 chunks: the combine reads the chunks' sums directly
+m = da.arange(60_000, chunks=6_000, dtype="float64").reshape(600, 100).rechunk((60, 100))
+
+REDUCTIONS = {
+    "sum": lambda: x.sum(),
+    "two-chunk sum": lambda: few.sum(),
+    "mean": lambda: x.mean(),
+    "var": lambda: x.var(),
+    "max": lambda: x.max(),
+    "argmin": lambda: x.argmin(),
+    "tree of fan-in 2": lambda: (x * x).sum(split_every=2),
+    "along an axis": lambda: m.sum(axis=0),
+    "dot": lambda: da.dot(x, x),
+    "of unknown chunks": lambda: x[x > 0].sum(),
+}
+
+
+@pytest.fixture(params=list(ENGINES), scope="module")
+def s(request):
+    with Session(load_config(None, ENGINES[request.param])).start() as session:
+        yield session
+
+
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+def test_dask_reductions_end_in_a_combine_that_may_run_here(name):
+    end = tail_of(REDUCTIONS[name]())
+    assert end is not None and end.name.endswith("-aggregate")
+
+
+def test_other_ends_stay_on_the_engine():
+    assert tail_of(x.std()) is None  # its last task is sqrt of the combine: not dask's combine
+    assert tail_of(x + 1) is None and tail_of(x.map_blocks(np.negative)) is None
+    with dask.annotate(resources={"GPU": 1}):
+        pinned = x.sum()
+    assert tail_of(pinned) is None  # annotations (resources, workers) are the engine's to honour
+    wide = da.ones((50_000, 40), chunks=(50_000, 1)).sum(axis=1)  # one 400 KB result from 40 partials of 400 KB
+    assert wide.npartitions == 1 and 40 * wide.nbytes > MAX_BYTES and tail_of(wide) is None
+
+
+def _same(a, b):
+    return type(a) is type(b) and np.shape(a) == np.shape(b) and np.array_equal(a, b, equal_nan=True)
+
+
+def test_the_result_is_the_engines_own_bit_for_bit(s):
+    """The same combine on the same partials in the same order: every reduction, and several at once."""
+    for name, make in REDUCTIONS.items():
+        here, there = s.compute(make()), running_of(s).compute([make()], tails=False)[0]
+        assert _same(here, there), name
+    asked = (x.sum(), x + 1, m.mean(axis=1), few.max())  # combines and an array that is not one, in one compute
+    together, alone = s.compute(*asked), running_of(s).compute(list(asked), tails=False)
+    assert all(_same(a, b) for a, b in zip(together, alone, strict=True))
+    assert x.sum().compute() == together[0]  # a plain .compute() inside the session takes the same path
+
+
+def test_the_profile_counts_the_combine_as_run_here(s):
+    with collect(s) as record:
+        assert s.compute(x.sum()) == pytest.approx(float((np.arange(10_000) % 7 - 3.5).sum()))
+    groups = {t.group for t in record.tasks}
+    assert record.ran_here["sum-aggregate"][0] == 1 and "sum-aggregate" not in groups and groups
+
+
+def aggregate_on_a_worker(parts, axis, keepdims):
+    from distributed import get_worker
+
+    get_worker()  # raises ValueError outside a worker
+    return np.sum(parts, axis=axis, keepdims=keepdims)
+
+
+def test_a_combine_that_fails_here_runs_on_the_engine(s):
+    y = da.reduction(x, np.sum, aggregate_on_a_worker, dtype="float64")
+    with collect(s) as record:
+        assert s.compute(y) == s.compute(x.sum())
+    assert "aggregate_on_a_worker-aggregate" in {t.group for t in record.tasks}
+
+
+def test_a_combine_that_always_fails_raises_as_the_engine_would(s):
+    def broken(parts, axis, keepdims):
+        raise ZeroDivisionError("the user's aggregate")
+
+    with pytest.raises(ZeroDivisionError, match="the user's aggregate"):
+        s.compute(da.reduction(x, np.sum, broken, dtype="float64"))
