@@ -130,6 +130,10 @@ class DistributedCluster(RunningCluster):
             self._client.cancel(futures)
 
     def workers(self) -> dict[str, dict[str, Any]]:
+        scheduler = self.scheduler
+        if scheduler is not None:  # in this process: its own table, not a round trip (0.4-2 ms of every compute)
+            # dict.values copies the table in one step under the GIL, which its event loop's thread may be changing
+            return {ws.address: ws.identity() for ws in sorted(dict.values(scheduler.workers), key=lambda ws: ws.address)}
         return self._client.scheduler_info(n_workers=-1).get("workers", {})
 
     @property
