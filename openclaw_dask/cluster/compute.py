@@ -106,17 +106,18 @@ def _arrays_gathered(client: Any, arrays: list[Any], watch: Watch, kwargs: dict[
 
 
 def _ended(client: Any, end: Tail, parts: list[Any], ran: Ran, **kwargs: Any) -> Any:
-    """``end``'s array from its inputs' chunks, its combine run here (counted in ``ran``).
+    """``end``'s array from its inputs' chunks, its last tasks run here (counted in ``ran``).
 
     A combine that raises here (a user's ``aggregate=`` that needs a worker, say) is computed on
     the engine after all, which reports what it raises as it would without this pass.
     """
     try:
-        result, seconds = end.run(parts)
+        result, here = end.run(parts)
     except Exception:  # noqa: BLE001 - the engine's own run reports it
         return compute(client, [end.array], tails=False, **kwargs)[0]
-    calls, before = ran.get(end.name, (0, 0.0))
-    ran[end.name] = (calls + 1, before + seconds)
+    for name, (calls, seconds) in here.items():
+        before = ran.get(name, (0, 0.0))
+        ran[name] = (before[0] + calls, before[1] + seconds)
     return result
 
 

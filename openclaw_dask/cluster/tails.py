@@ -4,13 +4,15 @@
 from each chunk (or each group of chunks). Sent to the engine, that task waits for the scheduler to
 hear that the partials are done, to place it, and for its worker to fetch the partials from the
 others; then its result comes back to the client. Gathering the partials (a few bytes each)
-and combining them here skips that scheduling round and the transfer between workers: a 512 MiB
-sum on two worker processes 29-30 -> 21-22 ms (``benchmarks/`` figures in docs/benchmarks.md).
+and combining them here skips that scheduling round and the transfer between workers: 2.5-5 ms
+of a reduction's compute on two worker processes (docs/benchmarks.md, tenth pass).
 
-Only dask's own aggregate of a NumPy reduction is moved (its layer named ``<reduction>-aggregate``),
-when it is one task, carries no annotations (no pinned workers or resources) and reads at most
-:data:`MAX_BYTES` of partials, known from their layer's chunks and dtype before anything runs.
-The combine is the same function on the same inputs, so the result is the same.
+What moves: dask's own aggregate of a NumPy reduction (its layer named ``<reduction>-aggregate``),
+and dask's element-wise operations on such results (``x.std()`` is ``sqrt`` of ``var``'s aggregate,
+``x.sum() / n`` a ``truediv``: NumPy's, ``operator``'s or dask's own functions, not a user's
+``map_blocks``), each one task with no annotations (no pinned workers or resources), reading at
+most :data:`MAX_BYTES` of partials, known from the layers' shapes before anything runs.
+The tasks are the same functions on the same inputs, so the result is the same.
 What ran here is told to the profiler (:mod:`openclaw_dask.cluster.here`).
 """
 
@@ -20,6 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from openclaw_dask.cluster.here import Ran
+
 __all__ = ["MAX_BYTES", "Tail", "tail_of"]
 
 MAX_BYTES = 2**20  # partials at most this big come to the client: ~0.5 ms on loopback, under one task's round trip
@@ -28,30 +32,27 @@ PARTIAL_SIZE = 8  # a partial is at most this many times the result's bytes (mea
 
 @dataclass(frozen=True)
 class Tail:
-    """The one combine task at the end of ``array``'s graph, and the arrays whose chunks it reads."""
+    """The last tasks of ``array``'s graph (its inputs' first), and the arrays whose chunks they read."""
 
     array: Any
-    task: Any  # a dask._task_spec.Task
+    tasks: tuple[Any, ...]  # dask._task_spec.Task, each after the tasks it reads
     inputs: tuple[Any, ...]
 
-    @property
-    def name(self) -> str:
-        from dask.utils import key_split
-
-        return str(key_split(self.task.key))
-
-    def run(self, parts: list[Any]) -> tuple[Any, float]:
-        """The array's result from its inputs' gathered chunks (one nested list per input), and the seconds it took."""
+    def run(self, parts: list[Any]) -> tuple[Any, Ran]:
+        """The array's result from its inputs' gathered chunks (one nested list per input), and what ran here."""
         from dask.core import flatten
+        from dask.utils import key_split
 
         values: dict[Any, Any] = {}
         for array, chunks in zip(self.inputs, parts, strict=True):
             values.update(zip(flatten(array.__dask_keys__()), flatten(chunks), strict=True))
-        t0 = time.perf_counter()
-        value = self.task(values)
-        seconds = time.perf_counter() - t0
+        ran: Ran = {}
+        for task in self.tasks:
+            t0 = time.perf_counter()
+            values[task.key] = task(values)
+            ran[key_split(task.key)] = (1, time.perf_counter() - t0)
         finalize, args = self.array.__dask_postcompute__()
-        return finalize(_nested(self.array.__dask_keys__(), value), *args), seconds
+        return finalize(_nested(self.array.__dask_keys__(), values[self.tasks[-1].key]), *args), ran
 
 
 def _nested(keys: Any, value: Any) -> Any:
@@ -60,29 +61,77 @@ def _nested(keys: Any, value: Any) -> Any:
 
 
 def tail_of(array: Any) -> Tail | None:
-    """``array``'s last combine, when it may run here (see the module's docstring); else ``None``."""
+    """``array``'s last tasks, when they may run here (see the module's docstring); else ``None``."""
     import numpy as np
-    from dask._task_spec import convert_legacy_graph
     from dask.highlevelgraph import HighLevelGraph
-    from dask.utils import key_split
 
     graph = array.__dask_graph__()
     if (not isinstance(graph, HighLevelGraph) or array.npartitions != 1 or type(array._meta) is not np.ndarray
-            or array.dtype.hasobject or not key_split(array.name).endswith("-aggregate")):
+            or array.dtype.hasobject or array.nbytes > MAX_BYTES):
         return None
-    layer = graph.layers.get(array.name)
-    tasks = {} if layer is None or layer.annotations else dict(layer)
-    names = sorted(graph.dependencies.get(array.name, ()))
-    reads = {name: set(graph.layers[name].get_output_keys()) for name in names}
-    keys = set().union(*reads.values())
-    # a partial is the result's shape with the reduced axes of length 1, or a few such arrays (mean, var)
-    if len(tasks) != 1 or not keys or len(keys) * PARTIAL_SIZE * max(array.nbytes, 8) > MAX_BYTES:
+    tasks: dict[Any, Any] = {}
+    inputs: dict[str, Any] = {}
+    if not _take(graph, array.name, tasks, inputs):
         return None
-    (task,) = convert_legacy_graph(tasks, all_keys=keys | set(tasks)).values()
-    inputs = tuple(_input(graph, name, reads[name]) for name in names)
-    if any(x is None for x in inputs) or task.dependencies != keys:
+    return Tail(array, tuple(tasks.values()), tuple(inputs.values()))
+
+
+def _take(graph: Any, name: str, tasks: dict[Any, Any], inputs: dict[str, Any]) -> bool:
+    """Add layer ``name``'s one task to ``tasks`` (after those it reads) and the arrays it reads to ``inputs``,
+    when it is dask's combine of a reduction or an element-wise step on such combines."""
+    from dask.utils import key_split
+
+    layer = graph.layers[name]
+    names = sorted(graph.dependencies.get(name, ()))
+    reads = {d: set(graph.layers[d].get_output_keys()) for d in names}
+    task = None if layer.annotations else _one_task(layer, set().union(*reads.values()))
+    if task is None:
+        return False
+    if key_split(name).endswith("-aggregate"):
+        partials = len(task.dependencies) * PARTIAL_SIZE * max(_nbytes(layer), 8)  # a partial: the result's shape, or a few
+        if partials > MAX_BYTES or task.dependencies != set().union(*reads.values()):
+            return False
+        for d in names:
+            inputs[d] = _input(graph, d, reads[d])
+        tasks[task.key] = task
+        return all(x is not None for x in inputs.values())
+    if not _elementwise(task) or not all(_take(graph, d, tasks, inputs) for d in names):
+        return False
+    tasks[task.key] = task
+    return True
+
+
+def _one_task(layer: Any, reads: set[Any]) -> Any:
+    """The layer's task (a ``dask._task_spec.Task``), if it has exactly one."""
+    from dask._task_spec import Task, convert_legacy_graph
+
+    graph = dict(layer)
+    if len(graph) != 1:
         return None
-    return Tail(array, task, inputs)
+    task = next(iter(convert_legacy_graph(graph, all_keys=reads | set(graph)).values()), None)  # none: a persisted future
+    return task if isinstance(task, Task) else None
+
+
+def _elementwise(task: Any) -> bool:
+    """Dask's element-wise step (``_enforce_dtype`` of a NumPy, ``operator`` or dask function) on references and constants."""
+    from dask._task_spec import DataNode, GraphNode, TaskRef
+    from dask.array.core import _enforce_dtype
+
+    function = task.kwargs.get("enforce_dtype_function") if task.func is _enforce_dtype else None
+    module = str(getattr(function, "__module__", None) or "")
+    plain = all(isinstance(a, (TaskRef, DataNode)) or not isinstance(a, GraphNode) for a in task.args)
+    return plain and module.split(".")[0] in ("numpy", "operator", "_operator", "dask")
+
+
+def _nbytes(layer: Any) -> int:
+    """The bytes of the array a layer makes, by its annotations (0 if it says nothing)."""
+    import math
+
+    known = getattr(layer, "collection_annotations", None) or {}
+    shape, dtype = known.get("shape"), known.get("dtype")
+    if shape is None or dtype is None or any(math.isnan(n) for n in shape):
+        return MAX_BYTES  # unknown: taken as too big
+    return int(math.prod(shape)) * int(dtype.itemsize)
 
 
 def _input(graph: Any, name: str, keys: set[Any]) -> Any:
