@@ -70,8 +70,7 @@ def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, s
     takes = _takes(client, collections, shared)
     lent = [shared.lend(a.nbytes) if shared is not None and t else None for a, t in zip(collections, takes, strict=True)]
     written = [array if buf is None else _written(array, buf.path) for array, buf in zip(collections, lent, strict=True)]
-    tails_here = tails and kwargs.get("optimize_graph", True)
-    ends = [tail_of(a) if tails_here and buf is None else None for a, buf in zip(collections, lent, strict=True)]
+    ends = [tail_of(a) if tails and buf is None else None for a, buf in zip(collections, lent, strict=True)]
     sent = [x for array, end in zip(written, ends, strict=True) for x in ((array,) if end is None else end.inputs)]
     try:
         chunks = iter(_arrays_gathered(client, sent, watch, kwargs))
@@ -108,8 +107,8 @@ def _arrays_gathered(client: Any, arrays: list[Any], watch: Watch, kwargs: dict[
 def _ended(client: Any, end: Tail, parts: list[Any], ran: Ran, **kwargs: Any) -> Any:
     """``end``'s array from its inputs' chunks, its last tasks run here (counted in ``ran``).
 
-    A combine that raises here (a user's ``aggregate=`` that needs a worker, say) is computed on
-    the engine after all, which reports what it raises as it would without this pass.
+    A tail that raises here (a user's ``aggregate=`` that needs a worker, say) is computed on the
+    engine after all, which reports what it raises as it would without this pass.
     """
     try:
         result, here = end.run(parts)

@@ -124,7 +124,7 @@ def _elementwise(task: Any) -> bool:
 
 
 def _nbytes(layer: Any) -> int:
-    """The bytes of the array a layer makes, by its annotations (0 if it says nothing)."""
+    """The bytes of the array a layer makes, by its annotations (:data:`MAX_BYTES` if they do not say)."""
     import math
 
     known = getattr(layer, "collection_annotations", None) or {}
