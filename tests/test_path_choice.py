@@ -47,6 +47,21 @@ def test_a_chosen_path_that_slows_down_gives_way():
     assert taken[:2] == [SERIAL, SERIAL] and taken[-1] == PARALLEL
 
 
+def test_a_path_left_after_a_noisy_stretch_is_measured_again():
+    """A 64 MiB sum: 4.5 ms on 2 threads, 5.3 on one; three noisy 6 ms runs on the threads once
+    handed it to one thread for good, the threads' kept runs never renewed."""
+    chooser = PathChooser(threads=2)
+    usual, noisy = {PARALLEL: 0.0045, SERIAL: 0.0053}, {PARALLEL: 0.006, SERIAL: 0.0053}
+    _runs(chooser, "a", [usual] * 5 + [noisy] * 3)
+    assert chooser.path("a") == SERIAL
+    taken = _runs(chooser, "a", [usual] * 12)
+    assert taken[:7] == [SERIAL] * 7 and taken[-1] == PARALLEL and "again" not in chooser.last.reason
+    # settled: the path not taken is measured again after 8, 16, 32, then every 64 computes
+    taken = _runs(chooser, "a", [usual] * 200)
+    trials = [i for i, path in enumerate(taken) if path == SERIAL]
+    assert len(trials) == 5 and all(b - a in (17, 33, 65) for a, b in zip(trials[1:], trials[2:], strict=False))
+
+
 def test_shapes_are_measured_apart_and_no_shape_always_takes_the_threads():
     chooser = PathChooser(threads=2)
     _runs(chooser, "a", [{PARALLEL: 0.010, SERIAL: 0.008}] * 4)

@@ -18,6 +18,10 @@ graph shape (:func:`signature`: its layers' kinds, its outputs' chunks), by :cla
    threads, where one thread takes at most about twice as long as both.
 3. From then on each compute takes the path whose fastest of its last three runs is faster.
    The chosen path keeps being measured: if it slows, the other path is taken again.
+4. The other path is run once more when its runs are :data:`_RETRY` computes of the shape old, then
+   after twice as many each time that changes nothing (up to :data:`_MAX_RETRY`): its kept runs may
+   come from a noisy stretch. Without it, three slow runs of the faster path handed a 64 MiB sum to
+   one thread for the rest of the session (5.3 ms a run there against 4.5 on 2 threads).
 
 While a profiler records the pool, no trial starts: a profile shows the path the engine has settled
 on, or the task threads. The choice and its figures are :attr:`PathChooser.last` (``openclaw run`` prints it).
@@ -37,6 +41,7 @@ _KEPT = 3  # runs kept per path: the fastest of them stands for the path (noise 
 MAX_SIGNED_LAYERS = 10_000  # a bigger graph always takes the task threads: its shape would cost too much to key
 _WARMING_SHARE = 0.25  # system time over this share of a run's wall: the run paid page faults, not its path's cost
 _WARMING_MIN_S = 0.01  # ... and over this much (getrusage's figures of a short run are a few ticks of noise)
+_RETRY, _MAX_RETRY = 8, 64  # computes of a shape after which the path not taken is run again (doubling while it loses)
 _MEASURING = "measuring this graph on the task threads"
 _TOO_DEAR = "one thread would cost more than one more run to try"
 
@@ -49,6 +54,10 @@ class _Runs:
     wall: float = 0.0  # and its wall seconds
     tried: bool = False  # the serial trial was decided (run, or refused as too costly)
     warming: Counter[str] = field(default_factory=Counter)  # runs per path not counted: they paid page faults
+    count: int = 0  # computes of the shape noted
+    latest: dict[str, int] = field(default_factory=dict)  # path -> the count at its latest run
+    retry: int = _RETRY  # computes after which the path not taken is run again
+    faster: str = PARALLEL  # the path measured faster at the last choice
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,12 @@ class PathChooser:
         if not runs.serial:
             return self._chose(PARALLEL, _TOO_DEAR, runs)
         faster = SERIAL if min(runs.serial) < min(runs.parallel) else PARALLEL
+        if faster != runs.faster:
+            runs.faster, runs.retry = faster, _RETRY
+        other = SERIAL if faster == PARALLEL else PARALLEL
+        if trial and runs.count - runs.latest.get(other, 0) >= runs.retry:  # its runs are old: measure it again
+            runs.retry = min(2 * runs.retry, _MAX_RETRY)
+            return self._chose(other, f"measuring {other} again after {runs.count - runs.latest.get(other, 0)} runs", runs)
         return self._chose(faster, f"measured faster ({_ms(min(runs.serial))} on one thread, "
                                    f"{_ms(min(runs.parallel))} on {self.threads})", runs)
 
@@ -97,6 +112,8 @@ class PathChooser:
         if shape is None:
             return
         runs = self._shapes.setdefault(shape, _Runs())
+        runs.count += 1
+        runs.latest[path] = runs.count
         if system > max(_WARMING_SHARE * seconds, _WARMING_MIN_S) and runs.warming[path] < _KEPT:
             runs.warming[path] += 1
             runs.tried = runs.tried and path != SERIAL  # a trial that only warmed up is tried again
