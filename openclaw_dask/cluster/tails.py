@@ -4,7 +4,7 @@
 from each chunk (or each group of chunks). Sent to the engine, that task waits for the scheduler to
 hear that the partials are done, to place it, and for its worker to fetch the partials from the
 others; then its result comes back to the client. Gathering the partials (a few bytes each)
-and combining them here skips that scheduling round and the transfer between workers: 2.5-5 ms
+and combining them here skips that scheduling round and the transfer between workers: 1.6-6.4 ms
 of a reduction's compute on two worker processes (docs/benchmarks.md, tenth pass).
 
 What moves: dask's own aggregate of a NumPy reduction (its layer named ``<reduction>-aggregate``),
