@@ -966,8 +966,8 @@ def _checked(session: SessionLike, collections: list[Any], *, spill: bool = True
     if not workers or not all(w.get("memory_limit") for w in workers.values()):
         return None
     pause = share * float(dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0)
-    if local and not _WATCHERS and _at_most(collections) <= pause / 2 * _room(workers[LOCAL], 1.0):
-        return None  # small beside this machine's memory: not worth a projection on the engine chosen for low overhead
+    if not _WATCHERS and _at_most(collections) <= pause / 2 * min(_room(w, 1.0) for w in workers.values()):
+        return None  # small beside every worker's memory (locally: this machine's): not worth a projection per compute
     saturation = float(dask.config.get("distributed.scheduler.worker-saturation", 1.1)) if not local else math.inf
     threads = max(int(w.get("nthreads", 1)) for w in workers.values())
     projection = _project(collections, workers=len(workers), threads=threads, saturation=saturation, relayed=not local)
