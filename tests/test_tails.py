@@ -9,7 +9,7 @@ import pytest
 from dask.utils import key_split
 
 from openclaw_dask import Session, load_config
-from openclaw_dask.cluster import running_of
+from openclaw_dask.cluster import here, running_of
 from openclaw_dask.cluster.tails import MAX_BYTES, tail_of
 from openclaw_dask.diagnostics.collect import collect
 
@@ -73,8 +73,11 @@ def _same(a, b):
 def test_the_result_is_the_engines_own_bit_for_bit(s):
     """The same combine on the same partials in the same order: every reduction, and several at once."""
     for name, make in REDUCTIONS.items():
-        here, there = s.compute(make()), running_of(s).compute([make()], tails=False)[0]
-        assert _same(here, there), name
+        ran: list[str] = []
+        with here.watched(lambda done: ran.extend(done)):
+            mine = s.compute(make())
+        assert any(n.endswith("-aggregate") for n in ran), name  # the combine did run in this process
+        assert _same(mine, running_of(s).compute([make()], tails=False)[0]), name
     asked = (x.sum(), x + 1, m.mean(axis=1), few.max())  # combines and an array that is not one, in one compute
     together, alone = s.compute(*asked), running_of(s).compute(list(asked), tails=False)
     assert all(_same(a, b) for a, b in zip(together, alone, strict=True))
