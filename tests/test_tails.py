@@ -93,6 +93,9 @@ def test_the_profile_counts_the_combine_as_run_here(s):
     with collect(s) as record:
         s.compute(x.std())
     assert {"var-aggregate", "sqrt"} <= record.ran_here.keys() and not {"var-aggregate", "sqrt"} & {t.group for t in record.tasks}
+    with collect(s) as record:
+        s.compute(x.sum() / few.sum())  # two combines of one name in one tail: both counted
+    assert record.ran_here["sum-aggregate"][0] == 2
 
 
 def aggregate_on_a_worker(parts, axis, keepdims):

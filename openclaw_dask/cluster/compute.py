@@ -33,7 +33,7 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from openclaw_dask.cluster.here import Ran, tell
+from openclaw_dask.cluster.here import tell
 from openclaw_dask.cluster.tails import Tail, tail_of
 
 if TYPE_CHECKING:
@@ -80,18 +80,16 @@ def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, s
                 shared.discard(unfinished)
         raise
     results: list[Any] = []
-    ran: Ran = {}
     for array, buf, end in zip(collections, lent, ends, strict=True):
         if end is not None:
             parts = [next(chunks) for _ in end.inputs]
-            results.append(_ended(client, end, parts, ran, watch=watch, **kwargs))
+            results.append(_ended(client, end, parts, watch=watch, **kwargs))
         elif buf is not None:
             next(chunks)  # the receipts of its writes
             results.append(buf.array(array.shape, array.dtype))
         else:
             finalize, args = array.__dask_postcompute__()
             results.append(finalize(next(chunks), *args))
-    tell(ran)
     return tuple(results)
 
 
@@ -104,8 +102,8 @@ def _arrays_gathered(client: Any, arrays: list[Any], watch: Watch, kwargs: dict[
     return list(_gathered(client, client.get(expr, expr.__dask_keys__(), sync=False, **kwargs), watch))
 
 
-def _ended(client: Any, end: Tail, parts: list[Any], ran: Ran, **kwargs: Any) -> Any:
-    """``end``'s array from its inputs' chunks, its last tasks run here (counted in ``ran``).
+def _ended(client: Any, end: Tail, parts: list[Any], **kwargs: Any) -> Any:
+    """``end``'s array from its inputs' chunks, its last tasks run here (told to the profiler: :mod:`~openclaw_dask.cluster.here`).
 
     A tail that raises here (a user's ``aggregate=`` that needs a worker, say) is computed on the
     engine after all, which reports what it raises as it would without this pass.
@@ -114,9 +112,7 @@ def _ended(client: Any, end: Tail, parts: list[Any], ran: Ran, **kwargs: Any) ->
         result, here = end.run(parts)
     except Exception:  # noqa: BLE001 - the engine's own run reports it
         return compute(client, [end.array], tails=False, **kwargs)[0]
-    for name, (calls, seconds) in here.items():
-        before = ran.get(name, (0, 0.0))
-        ran[name] = (before[0] + calls, before[1] + seconds)
+    tell(here)
     return result
 
 

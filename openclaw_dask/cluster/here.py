@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["Ran", "tell", "watched"]
+__all__ = ["Ran", "add", "tell", "watched"]
 
 Ran = dict[str, tuple[int, float]]  # task name -> (calls, seconds) run here
 
@@ -27,6 +27,12 @@ def watched(callback: Callable[[Ran], None]) -> Iterator[None]:
         yield
     finally:
         _WATCHERS.remove(callback)
+
+
+def add(into: Ran, name: str, calls: int, seconds: float) -> None:
+    """Count ``calls`` of ``name`` that took ``seconds`` into ``into``."""
+    before = into.get(name, (0, 0.0))
+    into[name] = (before[0] + calls, before[1] + seconds)
 
 
 def tell(ran: Ran) -> None:

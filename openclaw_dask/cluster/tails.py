@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from openclaw_dask.cluster.here import Ran
+from openclaw_dask.cluster.here import Ran, add
 
 __all__ = ["MAX_BYTES", "Tail", "tail_of"]
 
@@ -50,7 +50,7 @@ class Tail:
         for task in self.tasks:
             t0 = time.perf_counter()
             values[task.key] = task(values)
-            ran[key_split(task.key)] = (1, time.perf_counter() - t0)
+            add(ran, key_split(task.key), 1, time.perf_counter() - t0)  # x.sum() / y.sum(): two of one name
         finalize, args = self.array.__dask_postcompute__()
         return finalize(_nested(self.array.__dask_keys__(), values[self.tasks[-1].key]), *args), ran
 
@@ -79,17 +79,22 @@ def tail_of(array: Any) -> Tail | None:
 def _take(graph: Any, name: str, tasks: dict[Any, Any], inputs: dict[str, Any]) -> bool:
     """Add layer ``name``'s one task to ``tasks`` (after those it reads) and the arrays it reads to ``inputs``,
     when it is dask's combine of a reduction or an element-wise step on such combines."""
+    from dask.blockwise import Blockwise
     from dask.utils import key_split
 
     layer = graph.layers[name]
+    combine = key_split(name).endswith("-aggregate")
+    if layer.annotations or not (combine or isinstance(layer, Blockwise)):
+        return False  # decided before any key is listed: most one-chunk results are neither
     names = sorted(graph.dependencies.get(name, ()))
     reads = {d: set(graph.layers[d].get_output_keys()) for d in names}
-    task = None if layer.annotations else _one_task(layer, set().union(*reads.values()))
+    keys = set().union(*reads.values())
+    task = _one_task(layer, keys)
     if task is None:
         return False
-    if key_split(name).endswith("-aggregate"):
+    if combine:
         partials = len(task.dependencies) * PARTIAL_SIZE * max(_nbytes(layer), 8)  # a partial: the result's shape, or a few
-        if partials > MAX_BYTES or task.dependencies != set().union(*reads.values()):
+        if partials > MAX_BYTES or task.dependencies != keys:
             return False
         for d in names:
             inputs[d] = _input(graph, d, reads[d])

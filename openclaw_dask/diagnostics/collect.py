@@ -324,8 +324,7 @@ def collect(session: SessionLike) -> Iterator[RunRecord]:
 
 def _ran_here(record: RunRecord, ran: here.Ran) -> None:
     for name, (calls, seconds) in ran.items():
-        before = record.ran_here.get(name, (0, 0.0))
-        record.ran_here[name] = (before[0] + calls, before[1] + seconds)
+        here.add(record.ran_here, name, calls, seconds)
 
 
 def _projected(record: RunRecord, peaks: dict[str, int]) -> None:
