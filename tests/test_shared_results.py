@@ -1,9 +1,12 @@
-"""Large array results written by worker processes straight into the client's memory (issue 26, goal 2).
+"""Large array results that reach the client's memory without the comm (issue 26, goal 2): read out
+of the worker processes (:mod:`~openclaw_dask.cluster.pulled`), or written by them into the client's buffer.
 
-One process session for the module; the size from which an array takes the shared path is
-lowered to 64 KiB so that small arrays exercise it. Every result is checked against NumPy, in
-any chunking, dtype and layout; a result's buffer is reused only once nothing of the user's can
-see it; a failed compute never lends its buffer again; closing the session gives every buffer back.
+One process session per way; the size from which an array takes the shared path is lowered to
+64 KiB so that small arrays exercise it. Every result is checked against NumPy, in any chunking,
+dtype and layout; a result's buffer is reused only once nothing of the user's can see it; a failed
+compute never lends its buffer again; closing the session gives every buffer back. Read out of the
+workers: every block is let go after its compute, failed or not, and a worker that is gone before
+its blocks are read has the array computed again.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import signal
+import time
 
 import dask.array as da
 import numpy as np
@@ -19,18 +24,29 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import openclaw_dask
-from openclaw_dask.cluster import shared_results
+from openclaw_dask.cluster import compute, pulled, shared_results
 from openclaw_dask.errors import RunError
 
 pytestmark = pytest.mark.filterwarnings("ignore::dask.array.core.PerformanceWarning")  # small chunks, on purpose
 
 
-@pytest.fixture(scope="module")
-def session():
+@pytest.fixture(scope="module", params=["read", "written"])
+def session(request):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(shared_results, "MIN_BYTES", 64 * 2**10)
+        if request.param == "written":  # as where this process may not read its workers' memory
+            mp.setattr(pulled, "workers_readable", lambda client: False)
         with openclaw_dask.session(backend="process", workers=2, timeout="30s") as s:
+            s.compute(da.ones(2**14, chunks=2**13))  # the first large result decides the way
+            if request.param == "read" and not s.running.results.pulled:
+                pytest.skip("this process may not read its workers' memory here (ptrace_scope, seccomp)")
+            assert s.running.results.pulled == (request.param == "read")
             yield s
+
+
+def _held(s) -> list[int]:
+    """Blocks each worker holds for the client to read."""
+    return list(s.client.run(lambda: sum(map(len, pulled._HELD.values()))).values())
 
 
 def _shared(result: np.ndarray) -> bool:
@@ -94,6 +110,51 @@ def test_a_compute_that_fails_never_lends_its_buffer_again(session):
         session.compute(x.map_blocks(boom))
     assert {id(b) for b in _buffers(session)} <= before
     np.testing.assert_array_equal(session.compute(x), np.arange(256 * 256).reshape(256, 256))
+    assert _held(session) == [0, 0]
+
+
+def test_every_block_is_let_go_after_its_compute_even_one_whose_task_ends_after_a_failure(session):
+    if not session.running.results.pulled:
+        pytest.skip("the workers write their blocks: nothing is held")
+    x = da.arange(8 * 2**14, dtype=np.float64, chunks=2**14)
+    np.testing.assert_array_equal(session.compute(x * 2), np.arange(8 * 2**14) * 2.0)
+    assert _held(session) == [0, 0]
+
+    def late_or_boom(block):
+        if block[0] == 0:
+            raise ValueError("planted")
+        time.sleep(0.3)  # still running when the compute has failed and let go
+        return block
+
+    with pytest.raises((RunError, ValueError), match="planted"):
+        session.compute(x.map_blocks(late_or_boom))
+    deadline = time.monotonic() + 10
+    while any(session.client.processing().values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _held(session) == [0, 0]
+
+
+def test_an_array_whose_worker_is_gone_before_it_is_read_is_computed_again():
+    read = compute._read
+
+    def killed_first(reads, data):  # a worker dies between the compute and the read of its blocks
+        receipt = data[next(iter(reads))][0].flat[0]
+        os.kill(receipt.pid, signal.SIGKILL)
+        while pulled._started(receipt.pid) == receipt.started:
+            time.sleep(0.01)
+        return read(reads, data)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(shared_results, "MIN_BYTES", 1)
+        with openclaw_dask.session(backend="process", workers=2, timeout="30s") as s:
+            a = np.arange(6000, dtype=np.int64)
+            np.testing.assert_array_equal(s.compute(da.from_array(a, chunks=1000)), a)
+            if not s.running.results.pulled:
+                pytest.skip("this process may not read its workers' memory here (ptrace_scope, seccomp)")
+            mp.setattr(compute, "_read", killed_first)
+            r = s.compute(da.from_array(a, chunks=1000) + 1)
+            np.testing.assert_array_equal(r, a + 1)
+            assert not _shared(r)  # gathered over the comm, from the workers left
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -18,10 +18,12 @@ on two worker processes here). For dask arrays :func:`compute` gathers the chunk
 and joins them in the calling process with dask's own ``finalize``, as dask's local
 schedulers do (a 128 MiB result 373 -> 131 ms on the process backend, benchmarks/local_engine.py).
 Other collections (dataframes, bags, delayed, a mix) keep ``client.compute``. Where the workers
-are other processes of this machine, an array of 32 MiB or more is not gathered at all: its
-final tasks write their chunks into a buffer the client maps (:mod:`~openclaw_dask.cluster.shared_results`).
-:func:`fresh_get` does the same for a plain ``x.compute()`` or ``np.asarray(x)`` of one NumPy-backed
-array (512 MiB on 2 worker processes: 353-376 -> 54-60 ms, through shared memory).
+are other processes of this machine, an array of 32 MiB or more is not gathered at all: the
+client reads its chunks straight out of the workers' memory into one buffer
+(:mod:`~openclaw_dask.cluster.pulled`), or, where it may not, the final tasks write them into that
+buffer (:mod:`~openclaw_dask.cluster.shared_results`). :func:`fresh_get` does the same for a plain
+``x.compute()`` or ``np.asarray(x)`` of one NumPy-backed array (512 MiB on 2 worker processes:
+110-162 ms over the comm, 37-50 ms read out of the workers).
 
 A reduction's last combine. Its partials come back and dask's aggregate runs here
 (:mod:`~openclaw_dask.cluster.tails`): one scheduling round and one transfer between workers fewer.
@@ -30,10 +32,12 @@ A reduction's last combine. Its partials come back and dask's aggregate runs her
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.here import tell
+from openclaw_dask.cluster.pulled import let_go, read_blocks
 from openclaw_dask.cluster.tails import Tail, tail_of
 
 if TYPE_CHECKING:
@@ -58,7 +62,8 @@ def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, s
 
     ``watch(futures)`` is entered around the wait for them (the session's stall watch,
     :mod:`~openclaw_dask.cluster.stall`). With ``shared`` (workers on this machine), large
-    arrays are written by their workers straight into the client's memory (:mod:`~openclaw_dask.cluster.shared_results`).
+    arrays reach the client's memory without the comm: read out of the workers, or written by them
+    (:mod:`~openclaw_dask.cluster.pulled`, :mod:`~openclaw_dask.cluster.shared_results`).
     A reduction's last combine runs here (:mod:`~openclaw_dask.cluster.tails`) unless ``tails`` is false.
     """
     import dask.array as da
@@ -69,23 +74,31 @@ def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, s
         return tuple(_gathered(client, client.compute(collections, **kwargs), watch))
     takes = _takes(client, collections, shared)
     lent = [shared.lend(a.nbytes) if shared is not None and t else None for a, t in zip(collections, takes, strict=True)]
-    written = [array if buf is None else _written(array, buf.path) for array, buf in zip(collections, lent, strict=True)]
+    held = uuid.uuid4().hex if shared is not None and shared.pulled and any(lent) else None  # this compute's blocks
+    written = [array if buf is None else _taken(array, buf.path, held) for array, buf in zip(collections, lent, strict=True)]
     ends = [tail_of(a) if tails and buf is None else None for a, buf in zip(collections, lent, strict=True)]
     sent = [x for array, end in zip(written, ends, strict=True) for x in ((array,) if end is None else end.inputs)]
+    at = {id(x): i for i, x in enumerate(sent)}  # by identity: == of dask arrays is element-wise
+    reads = {at[id(x)]: (buf, array) for x, buf, array in zip(written, lent, collections, strict=True) if buf is not None and held}
     try:
-        chunks = iter(_arrays_gathered(client, sent, watch, kwargs))
+        chunks = iter(_read(reads, _arrays_gathered(client, sent, watch, kwargs)))
     except BaseException:
         if shared is not None:
             for unfinished in filter(None, lent):  # its tasks may still be writing: never lent again
                 shared.discard(unfinished)
         raise
+    finally:
+        if held is not None:
+            let_go(client, held)
     results: list[Any] = []
     for array, buf, end in zip(collections, lent, ends, strict=True):
         if end is not None:
             parts = [next(chunks) for _ in end.inputs]
             results.append(_ended(client, end, parts, watch=watch, **kwargs))
+        elif buf is not None and next(chunks) is False:  # a worker went before it was read: computed the ordinary way
+            shared.discard(buf)  # type: ignore[union-attr]
+            results.append(compute(client, [array], watch=watch, tails=tails, **kwargs)[0])
         elif buf is not None:
-            next(chunks)  # the receipts of its writes
             results.append(buf.array(array.shape, array.dtype))
         else:
             finalize, args = array.__dask_postcompute__()
@@ -100,6 +113,18 @@ def _arrays_gathered(client: Any, arrays: list[Any], watch: Watch, kwargs: dict[
     kwargs = dict(kwargs)
     expr = collections_to_expr(arrays, kwargs.pop("optimize_graph", True)).optimize()
     return list(_gathered(client, client.get(expr, expr.__dask_keys__(), sync=False, **kwargs), watch))
+
+
+def _read(reads: dict[int, tuple[Any, Any]], data: list[Any]) -> list[Any]:
+    """``data`` with each array of ``reads`` (its index there: its buffer, the array) read out of the workers into its
+    buffer (:mod:`~openclaw_dask.cluster.pulled`): ``True`` in its place, or ``False`` where a worker went first."""
+    for i, (buf, array) in reads.items():
+        try:
+            read_blocks(data[i], buf.array(array.shape, array.dtype), array.chunks)
+            data[i] = True
+        except OSError:
+            data[i] = False
+    return data
 
 
 def _ended(client: Any, end: Tail, parts: list[Any], **kwargs: Any) -> Any:
@@ -130,16 +155,22 @@ def as_computed(client: Any, collections: list[Any], shared: SharedResults) -> l
     if not all(isinstance(c, da.Array) for c in collections):
         return collections
     takes = _takes(client, collections, shared)
-    return [_written(c, "(projected)") if t else c for c, t in zip(collections, takes, strict=True)]
+    # a block read out of its worker is held there until the compute ends, as an ordinary result is
+    return [_taken(c, "(projected)", None) if t and not shared.pulled else c for c, t in zip(collections, takes, strict=True)]
 
 
-def _written(array: Any, path: str) -> Any:
-    """``array``'s chunks written into the buffer at ``path`` by the tasks that make them; a one-byte receipt each."""
+def _taken(array: Any, path: str, held: str | None) -> Any:
+    """``array``'s chunks, each kept by its worker under the compute id ``held`` for this process to read, or (``None``)
+    written into the buffer at ``path`` by the task that makes it; a receipt each
+    (:mod:`~openclaw_dask.cluster.pulled`, :mod:`~openclaw_dask.cluster.shared_results`)."""
     import numpy as np
 
+    from openclaw_dask.cluster.pulled import hold_block
     from openclaw_dask.cluster.shared_results import write_block
 
     receipts = tuple((1,) * len(c) for c in array.chunks)
+    if held is not None:
+        return array.map_blocks(hold_block, held, dtype=object, chunks=receipts, meta=np.empty((0,) * array.ndim, dtype=object))
     return array.map_blocks(write_block, path, array.shape, dtype=np.int8, chunks=receipts)
 
 

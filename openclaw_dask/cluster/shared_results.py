@@ -1,17 +1,23 @@
-"""Large array results that worker processes on this machine write straight into the client's memory.
+"""Large array results that reach the client's memory from worker processes on this machine without the comm.
 
 A dask array computed on worker processes comes back as pickled chunks over loopback TCP
 (2.2-2.4 GB/s on this host), which the client then joins into one array: ~300 ms for the
 standard stencil's 512 MiB. When the workers share this machine's memory (backend process), each
-of the array's final tasks instead writes its chunk, at its place, into one anonymous shared file
-(``memfd``) that the client holds and maps: 79-110 ms, and there is nothing to join. The workers
-open it through ``/proc/<client pid>/fd/<fd>``, which only this user (or root) may open.
+chunk goes instead, at its place, into one anonymous shared file (``memfd``) that the client holds
+and maps, and there is nothing to join. Two ways, chosen once a session (:meth:`SharedResults.ready`):
+
+- the client reads each chunk out of its worker's memory (:mod:`~openclaw_dask.cluster.pulled`):
+  37-50 ms for 512 MiB;
+- where this process may not read its workers' memory, each of the array's final tasks writes its
+  chunk through ``/proc/<client pid>/fd/<fd>``, which only this user (or root) may open
+  (:func:`write_block`): 79-110 ms, most of it the worker mapping the buffer's pages afresh.
 
 Reuse. Fresh pages are slow to fault on some machines (this VM: 0.2-2.4 s a GiB), so the client
 keeps the last buffer and lends it again once nothing refers to the array it became: every array
 made from a buffer holds a reference to its ``mmap`` (a view holds its base), so a reference
 count at its floor means no array of the user's can see it. A compute that fails or is
-interrupted discards its buffers instead: tasks may still be writing into them.
+interrupted discards its buffers instead: tasks may still be writing into them (or a read may have
+stopped half way).
 """
 
 from __future__ import annotations
@@ -70,7 +76,8 @@ class SharedResults:
         self._lock = threading.Lock()  # computes may run from several threads of the client
         self._lent: list[Buffer] = []
         self._free: list[Buffer] = []
-        self.usable: bool | None = None  # whether the workers can open a buffer: probed on first use
+        self.usable: bool | None = None  # whether the workers can open a buffer, or be read: probed on first use
+        self.pulled = False  # the client reads the workers' blocks into the buffer (cluster/pulled.py); else they write
 
     @classmethod
     def for_workers(cls, capabilities: Any) -> SharedResults | None:
@@ -109,9 +116,13 @@ class SharedResults:
             self._free.pop(0).close()
 
     def ready(self, client: Any) -> bool:
-        """Whether every worker can open a buffer (Linux; not under a ``/proc`` mounted ``hidepid``); asked once."""
+        """Whether this process can read every worker's memory (:mod:`~openclaw_dask.cluster.pulled`), or every
+        worker can open a buffer (Linux; not under a ``/proc`` mounted ``hidepid``); asked once."""
         if self.usable is None:
-            self.usable = hasattr(os, "memfd_create") and _workers_open(client)
+            from openclaw_dask.cluster.pulled import workers_readable
+
+            self.pulled = hasattr(os, "memfd_create") and workers_readable(client)
+            self.usable = self.pulled or hasattr(os, "memfd_create") and _workers_open(client)
         return self.usable
 
     def close(self) -> None:
