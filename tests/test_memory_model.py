@@ -331,8 +331,8 @@ def test_profile_shows_projected_peak_and_names_a_graph_over_it(small):
 STREAMS = ("pipeline",)
 
 
-def _kernel_run(s, kernel):
-    """The record of one timed run of ``kernel`` at 32 MiB, and the worker's process memory just before it."""
+def _kernel_run(s, kernel, runs=1):
+    """The record of ``runs`` timed runs of ``kernel`` at 32 MiB, and the worker's process memory just before them."""
     from distributed import futures_of, wait
 
     _rss(s)  # the last kernel's inputs released
@@ -341,7 +341,8 @@ def _kernel_run(s, kernel):
         wait(futures_of(list(prepared.inputs)))
         before = next(iter(s.client.run(memory_model._process_memory).values()))
         with collect(s) as record:
-            prepared.execute(s)  # one timed run, as openclaw run/profile/benchmark make it
+            for _ in range(runs):
+                prepared.execute(s)  # a timed run, as openclaw run/profile/benchmark make it
     finally:
         prepared.close()
     return record, before
@@ -351,14 +352,17 @@ def _kernel_run(s, kernel):
 def test_suite_kernels_measured_peak_within_projection(threads, by_threads):
     from openclaw_dask.workloads.suite import KERNELS
 
-    s, rows = by_threads[threads], []
+    # On 2 threads the peak is that of 3 runs: the projection holds both threads' temporaries at once, which a run
+    # does not reach when its two tasks happen not to overlap (tree-reduction: 16.0 MiB in a CI run, 19.8 the peak of
+    # 2 runs once, ~32 when they overlap)
+    s, rows, runs = by_threads[threads], [], 1 if threads == 1 else 3
     for name, kernel in KERNELS.items():
-        record, before = _kernel_run(s, kernel)
+        record, before = _kernel_run(s, kernel, runs)
         (worker,) = record.workers.values()
         if name in STREAMS:
-            assert record.graphs > record.projected_graphs == 1, name
+            assert record.graphs > record.projected_graphs == runs, name
         elif not record.graphs:  # tiny-tasks: the small-tasks pass may run it all in the client, timed
-            assert name == "tiny-tasks" and record.ran_here and record.projected_graphs == 1, name
+            assert name == "tiny-tasks" and record.ran_here and record.projected_graphs == runs, name
             continue
         else:
             assert record.projected_graphs == record.graphs >= 1, name  # every graph it ran was projected

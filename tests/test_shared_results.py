@@ -34,10 +34,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::dask.array.core.PerformanceWarn
 def session(request):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(shared_results, "MIN_BYTES", 64 * 2**10)
-        if request.param == "written":  # as where this process may not read its workers' memory
-            mp.setattr(pulled, "workers_readable", lambda client: False)
         with openclaw_dask.session(backend="process", workers=2, timeout="30s") as s:
-            s.compute(da.ones(2**14, chunks=2**13))  # the first large result decides the way
+            with pytest.MonkeyPatch.context() as probe:  # only for the probe: other tests' sessions run meanwhile
+                if request.param == "written":  # as where this process may not read its workers' memory
+                    probe.setattr(pulled, "workers_readable", lambda client: False)
+                s.compute(da.ones(2**14, chunks=2**13))  # the first large result decides the way
             if request.param == "read" and not s.running.results.pulled:
                 pytest.skip("this process may not read its workers' memory here (ptrace_scope, seccomp)")
             assert s.running.results.pulled == (request.param == "read")
@@ -113,6 +114,15 @@ def test_a_compute_that_fails_never_lends_its_buffer_again(session):
     assert _held(session) == [0, 0]
 
 
+def test_a_block_that_is_not_a_plain_array_comes_over_the_comm_in_its_place(session):
+    a = np.arange(300 * 100, dtype=np.float64).reshape(300, 100)
+    masked = da.from_array(a, chunks=(70, 100)).map_blocks(lambda b: np.ma.masked_less(b, 50), meta=np.empty((0, 0)))
+    r = session.compute(masked)
+    assert _shared(r)
+    np.testing.assert_array_equal(r, a)  # its values, at their place, as a written block's
+    assert _held(session) == [0, 0]
+
+
 def test_every_block_is_let_go_after_its_compute_even_one_whose_task_ends_after_a_failure(session):
     if not session.running.results.pulled:
         pytest.skip("the workers write their blocks: nothing is held")
@@ -134,10 +144,28 @@ def test_every_block_is_let_go_after_its_compute_even_one_whose_task_ends_after_
     assert _held(session) == [0, 0]
 
 
+def test_results_over_a_quarter_of_the_workers_memory_are_written_as_they_are_made_not_held_to_be_read():
+    from distributed import get_task_stream
+
+    with openclaw_dask.session(backend="process", workers=1, memory_limit="256MiB", timeout="30s") as s:
+        ways = []
+        for mib in (8, 80):  # the room to read is 64 MiB
+            x = da.arange(mib * 2**17, dtype=np.float64, chunks=2**20)
+            with get_task_stream(s.client) as ts:
+                np.testing.assert_array_equal(s.compute(x + 1), np.arange(mib * 2**17) + 1.0)
+            ways.append({str(t["key"][0]).split("-")[0] for t in ts.data} & {"hold_block", "write_block"})
+        if not s.running.results.pulled:
+            pytest.skip("this process may not read its workers' memory here (ptrace_scope, seccomp)")
+        assert s.running.results.read_room == 64 * 2**20
+        assert ways == [{"hold_block"}, {"write_block"}]
+
+
 def test_an_array_whose_worker_is_gone_before_it_is_read_is_computed_again():
     read = compute._read
 
     def killed_first(reads, data):  # a worker dies between the compute and the read of its blocks
+        if not reads:  # the compute again, over the comm
+            return read(reads, data)
         receipt = data[next(iter(reads))][0].flat[0]
         os.kill(receipt.pid, signal.SIGKILL)
         while pulled._started(receipt.pid) == receipt.started:

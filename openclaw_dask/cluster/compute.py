@@ -74,7 +74,8 @@ def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, s
         return tuple(_gathered(client, client.compute(collections, **kwargs), watch))
     takes = _takes(client, collections, shared)
     lent = [shared.lend(a.nbytes) if shared is not None and t else None for a, t in zip(collections, takes, strict=True)]
-    held = uuid.uuid4().hex if shared is not None and shared.pulled and any(lent) else None  # this compute's blocks
+    taken = sum(a.nbytes for a, buf in zip(collections, lent, strict=True) if buf is not None)
+    held = uuid.uuid4().hex if shared is not None and any(lent) and shared.reads(taken) else None  # its blocks' id
     written = [array if buf is None else _taken(array, buf.path, held) for array, buf in zip(collections, lent, strict=True)]
     ends = [tail_of(a) if tails and buf is None else None for a, buf in zip(collections, lent, strict=True)]
     sent = [x for array, end in zip(written, ends, strict=True) for x in ((array,) if end is None else end.inputs)]
@@ -156,7 +157,8 @@ def as_computed(client: Any, collections: list[Any], shared: SharedResults) -> l
         return collections
     takes = _takes(client, collections, shared)
     # a block read out of its worker is held there until the compute ends, as an ordinary result is
-    return [_taken(c, "(projected)", None) if t and not shared.pulled else c for c, t in zip(collections, takes, strict=True)]
+    read = shared.reads(sum(c.nbytes for c, t in zip(collections, takes, strict=True) if t))
+    return [_taken(c, "(projected)", None) if t and not read else c for c, t in zip(collections, takes, strict=True)]
 
 
 def _taken(array: Any, path: str, held: str | None) -> Any:

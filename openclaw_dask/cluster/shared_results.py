@@ -76,8 +76,10 @@ class SharedResults:
         self._lock = threading.Lock()  # computes may run from several threads of the client
         self._lent: list[Buffer] = []
         self._free: list[Buffer] = []
-        self.usable: bool | None = None  # whether the workers can open a buffer, or be read: probed on first use
-        self.pulled = False  # the client reads the workers' blocks into the buffer (cluster/pulled.py); else they write
+        self.usable: bool | None = None  # whether the workers can be read, or open a buffer: probed on first use
+        self.pulled = False  # this process may read the workers' blocks into a buffer (cluster/pulled.py)
+        self.written = False  # the workers may open a buffer to write their blocks into it
+        self.read_room = math.inf  # results up to this many bytes are read; more are written as they are made
 
     @classmethod
     def for_workers(cls, capabilities: Any) -> SharedResults | None:
@@ -121,15 +123,39 @@ class SharedResults:
         if self.usable is None:
             from openclaw_dask.cluster.pulled import workers_readable
 
-            self.pulled = hasattr(os, "memfd_create") and workers_readable(client)
-            self.usable = self.pulled or hasattr(os, "memfd_create") and _workers_open(client)
+            memfd = hasattr(os, "memfd_create")
+            self.pulled = memfd and workers_readable(client)
+            self.written = memfd and _workers_open(client)
+            self.read_room = _read_room(client) if self.pulled and self.written else math.inf
+            self.usable = self.pulled or self.written
         return self.usable
+
+    def reads(self, nbytes: int) -> bool:
+        """Whether results of ``nbytes`` in all are read out of the workers, rather than written by them.
+
+        A read block is held by its worker to the end of the compute, as an ordinary result is; a
+        written one is gone from the worker as soon as it is written. So results over a quarter of
+        the workers' memory limits together are written: held, they could push the workers to spill.
+        """
+        return self.pulled and nbytes <= self.read_room
 
     def close(self) -> None:
         with self._lock:
             for buf in self._free + self._lent:
                 buf.close()
             self._free, self._lent = [], []
+
+
+def _limit(dask_worker: Any) -> float:  # client.run hands a function its worker by this name
+    return getattr(dask_worker.memory_manager, "memory_limit", None) or math.inf
+
+
+def _read_room(client: Any) -> float:
+    """A quarter of the workers' memory limits together (infinite where one has none)."""
+    try:
+        return sum(client.run(_limit).values()) / 4
+    except Exception:  # noqa: BLE001 - a worker that cannot answer: read nothing that could crowd it
+        return 0.0
 
 
 def _workers_open(client: Any) -> bool:
