@@ -98,6 +98,18 @@ def test_the_profile_counts_the_combine_as_run_here(s):
     assert record.ran_here["sum-aggregate"][0] == 2
 
 
+def test_every_level_of_a_tree_of_combines_runs_here(s):
+    deep = da.arange(64_000, chunks=1_000, dtype="float64")  # 64 chunks at fan-in 4: 16 and 4 partials, then the combine
+    tree = (deep * deep).sum(split_every=4)
+    with collect(s) as record:
+        mine = s.compute(tree)
+    assert mine == running_of(s).compute([tree], tails=False)[0]
+    assert record.ran_here["sum-partial"][0] == 20 and record.ran_here["sum-aggregate"][0] == 1
+    assert record.tasks and not {"sum-partial", "sum-aggregate"} & {t.group for t in record.tasks}  # the engine: the chunks
+    end = tail_of(tree)
+    assert end is not None and [len(list(i.__dask_keys__())) for i in end.inputs] == [64]  # only the chunks' sums come back
+
+
 def aggregate_on_a_worker(parts, axis, keepdims):
     from distributed import get_worker
 

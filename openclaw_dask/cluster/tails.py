@@ -5,13 +5,17 @@ from each chunk (or each group of chunks). Sent to the engine, that task waits f
 hear that the partials are done, to place it, and for its worker to fetch the partials from the
 others; then its result comes back to the client. Gathering the partials (a few bytes each)
 and combining them here skips that scheduling round and the transfer between workers: 1.6-6.4 ms
-of a reduction's compute on two worker processes (docs/benchmarks.md, tenth pass).
+of a reduction's compute on two worker processes (docs/benchmarks.md, tenth pass). Over more
+chunks than its fan-in (``split_every``), dask combines them in levels, ``<reduction>-partial``:
+those run here too, and only the chunks' own partials come back (64 chunks at fan-in 4: 76-93 ->
+54-60 ms; 1,000 chunks: 832-899 -> 602-670 ms; eleventh pass).
 
-What moves: dask's own aggregate of a NumPy reduction (its layer named ``<reduction>-aggregate``),
-and dask's element-wise operations on such results (``x.std()`` is ``sqrt`` of ``var``'s aggregate,
+What moves: dask's own aggregate of a NumPy reduction (its layer named ``<reduction>-aggregate``)
+and the levels of combines below it, and dask's element-wise operations on such results (``x.std()`` is ``sqrt`` of ``var``'s aggregate,
 ``x.sum() / n`` a ``truediv``: NumPy's, ``operator``'s or dask's own functions, not a user's
-``map_blocks``), each one task with no annotations (no pinned workers or resources), reading at
-most :data:`MAX_BYTES` of partials, known from the layers' shapes before anything runs.
+``map_blocks``), with no annotations (no pinned workers or resources), the aggregate and each
+element-wise step one task, reading at most :data:`MAX_BYTES` of partials, known from the layers'
+shapes before anything runs.
 The tasks are the same functions on the same inputs, so the result is the same.
 What ran here is told to the profiler (:mod:`openclaw_dask.cluster.here`).
 """
@@ -86,23 +90,42 @@ def _take(graph: Any, name: str, tasks: dict[Any, Any], inputs: dict[str, Any]) 
     combine = key_split(name).endswith("-aggregate")
     if layer.annotations or not (combine or isinstance(layer, Blockwise)):
         return False  # decided before any key is listed: most one-chunk results are neither
+    if combine:
+        return _combined(graph, name, max(_nbytes(layer), 8), tasks, inputs)
+    names = sorted(graph.dependencies.get(name, ()))
+    task = _one_task(layer, set().union(*(graph.layers[d].get_output_keys() for d in names)))
+    if task is None or not _elementwise(task) or not all(_take(graph, d, tasks, inputs) for d in names):
+        return False
+    tasks[task.key] = task
+    return True
+
+
+def _combined(graph: Any, name: str, nbytes: int, tasks: dict[Any, Any], inputs: dict[str, Any]) -> bool:
+    """Add combine layer ``name``'s tasks to ``tasks``, after those of the combine layers below it (dask's
+    ``<reduction>-partial`` levels of a tree), and the arrays of partials they start from to ``inputs``:
+    each level run here is one scheduling round and one transfer between workers fewer.
+
+    ``nbytes``: the result's bytes, which a partial is at most :data:`PARTIAL_SIZE` times.
+    """
+    from dask._task_spec import Task, convert_legacy_graph
+    from dask.utils import key_split
+
     names = sorted(graph.dependencies.get(name, ()))
     reads = {d: set(graph.layers[d].get_output_keys()) for d in names}
     keys = set().union(*reads.values())
-    task = _one_task(layer, keys)
-    if task is None:
-        return False
-    if combine:
-        partials = len(task.dependencies) * PARTIAL_SIZE * max(_nbytes(layer), 8)  # a partial: the result's shape, or a few
-        if partials > MAX_BYTES or task.dependencies != keys:
+    layer = dict(graph.layers[name])
+    level = list(convert_legacy_graph(layer, all_keys=keys | set(layer)).values())
+    if not level or not all(isinstance(t, Task) for t in level) or set().union(*(t.dependencies for t in level)) != keys:
+        return False  # a persisted future, or a level that reads only part of the one below
+    for d in names:
+        if key_split(d).endswith("-partial") and not graph.layers[d].annotations:
+            if not _combined(graph, d, nbytes, tasks, inputs):
+                return False
+        elif len(reads[d]) * PARTIAL_SIZE * nbytes > MAX_BYTES or (found := _input(graph, d, reads[d])) is None:
             return False
-        for d in names:
-            inputs[d] = _input(graph, d, reads[d])
-        tasks[task.key] = task
-        return all(x is not None for x in inputs.values())
-    if not _elementwise(task) or not all(_take(graph, d, tasks, inputs) for d in names):
-        return False
-    tasks[task.key] = task
+        else:
+            inputs[d] = found
+    tasks.update((t.key, t) for t in level)
     return True
 
 
