@@ -223,3 +223,11 @@ def test_closing_the_session_closes_every_buffer_and_a_held_result_stays_readabl
         del kept
         assert fds() == before
 
+
+
+def test_a_worker_process_is_told_by_its_start_time_as_well_as_its_pid():
+    started = pulled._started(os.getpid())
+    assert started > 0 and pulled._started(os.getpid()) == started
+    assert pulled._started(2**22 + 1) == -1  # above Linux's largest pid: no such process
+    with pytest.raises(OSError, match="is gone"):
+        pulled._same(os.getpid(), started + 1)

@@ -97,6 +97,8 @@ def workers_readable(client: Any) -> bool:
         return False
     try:
         for pid, address, nbytes in client.run(_probe).values():
+            if _started(pid) < 0:  # its start time cannot be read here: a reused pid could not be told apart
+                return False
             got = np.empty(nbytes, dtype=np.uint8)
             _read(pid, np.array([[got.ctypes.data, nbytes]], dtype=np.uint64), np.array([[address, nbytes]], dtype=np.uint64))
             if not np.array_equal(got, _PROBE):
