@@ -25,8 +25,9 @@ buffer (:mod:`~openclaw_dask.cluster.shared_results`). :func:`fresh_get` does th
 ``x.compute()`` or ``np.asarray(x)`` of one NumPy-backed array (512 MiB on 2 worker processes:
 110-162 ms over the comm, 37-50 ms read out of the workers).
 
-A reduction's last combine. Its partials come back and dask's aggregate runs here
-(:mod:`~openclaw_dask.cluster.tails`): one scheduling round and one transfer between workers fewer.
+A reduction's combines. The chunks' partials come back and dask's combines of them run here, every
+level of the tree (:mod:`~openclaw_dask.cluster.tails`): one scheduling round and one transfer between
+workers fewer a level.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, s
     :mod:`~openclaw_dask.cluster.stall`). With ``shared`` (workers on this machine), large
     arrays reach the client's memory without the comm: read out of the workers, or written by them
     (:mod:`~openclaw_dask.cluster.pulled`, :mod:`~openclaw_dask.cluster.shared_results`).
-    A reduction's last combine runs here (:mod:`~openclaw_dask.cluster.tails`) unless ``tails`` is false.
+    A reduction's combines run here (:mod:`~openclaw_dask.cluster.tails`) unless ``tails`` is false.
     """
     import dask.array as da
 

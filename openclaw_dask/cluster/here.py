@@ -1,7 +1,7 @@
 """What ran in this process rather than on the engine, told to the profiler.
 
 Two passes run a graph's cheapest tasks in the client: the small-tasks pass
-(:mod:`openclaw_dask.dataflow.small_tasks`) and a reduction's last combine on a distributed engine
+(:mod:`openclaw_dask.dataflow.small_tasks`) and a reduction's combines on a distributed engine
 (:mod:`openclaw_dask.cluster.tails`). Those tasks never reach the engine's task stream, so each pass
 tells :func:`tell` what it ran, and the profiler (``openclaw profile``) reports it as run in the
 client instead of counting it as time outside tasks.

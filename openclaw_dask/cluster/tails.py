@@ -1,4 +1,4 @@
-"""A reduction's last combine runs in the client on a distributed engine: its small inputs come back instead.
+"""A reduction's combines run in the client on a distributed engine: its chunks' small partials come back instead.
 
 ``x.sum()`` on a cluster ends with one task, dask's ``sum-aggregate``, that combines a partial result
 from each chunk (or each group of chunks). Sent to the engine, that task waits for the scheduler to

@@ -121,7 +121,7 @@ class ProfileReport:
     ran_here: dict[str, tuple[int, float]] = field(default_factory=dict)  # name -> (calls, s): run in the client, not sent
 
     def here_line(self) -> str:
-        """What ran in the client instead of being sent (small-tasks pass, a reduction's last combine), e.g. ``1000 'inc' in 2.1ms, 1 'sum' in 15us``."""
+        """What ran in the client instead of being sent (small-tasks pass, a reduction's combines), e.g. ``1000 'inc' in 2.1ms, 1 'sum' in 15us``."""
         return ", ".join(f"{n:,} '{name}' in {format_time(s)}" for name, (n, s) in self.ran_here.items())
 
     def kinds(self) -> set[str]:
@@ -413,7 +413,7 @@ def _outside(record: RunRecord, wall: float) -> list[Verdict]:
     """Wall time with no task running anywhere: graph building and submission, results sent back, or the client's own code.
 
     Left out: what the workload marked as not the run (checking its answer, and the tasks that ran for it),
-    the tasks run in the client (small-tasks pass, reductions' last combines), and the scheduling the tasks themselves cost (the overhead-bound verdict's part: it leaves lanes idle too).
+    the tasks run in the client (small-tasks pass, reductions' combines), and the scheduling the tasks themselves cost (the overhead-bound verdict's part: it leaves lanes idle too).
     """
     tasks, aside = _left_out(record)
     if not tasks:
