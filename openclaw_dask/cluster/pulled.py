@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import sys
 import threading
@@ -71,7 +72,7 @@ def hold_block(block: Any, compute: str) -> np.ndarray[Any, Any]:
         if compute in _LET_GO:
             return receipt  # nobody reads it: its compute failed while this task ran
         _HELD.setdefault(compute, []).append(block)
-    receipt.flat[0] = Receipt(os.getpid(), _started(os.getpid()), block.ctypes.data, block.shape, block.strides)
+    receipt.flat[0] = Receipt(os.getpid(), _own_start(os.getpid()), block.ctypes.data, block.shape, block.strides)
     return receipt
 
 
@@ -176,6 +177,12 @@ def _same(pid: int, started: int) -> None:
         raise OSError(f"worker process {pid} is gone")
 
 
+@functools.cache
+def _own_start(pid: int) -> int:
+    """This worker process's start time, read once (keyed by the pid: a forked child reads its own)."""
+    return _started(pid)
+
+
 def _started(pid: int) -> int:
     """When process ``pid`` started (clock ticks since boot, /proc/<pid>/stat), or -1: no such process."""
     try:
@@ -195,18 +202,13 @@ def _read(pid: int, local: np.ndarray[Any, Any], remote: np.ndarray[Any, Any]) -
         raise OSError(errno, f"read {got} of {want} bytes from worker process {pid}: {os.strerror(errno) if errno else 'partial'}")
 
 
-_LIBC: list[Any] = []
-
-
+@functools.cache
 def _readv() -> Any:
     """libc's ``process_vm_readv`` (``None`` where it has none)."""
-    if not _LIBC:
-        try:
-            call = ctypes.CDLL(None, use_errno=True).process_vm_readv
-        except (AttributeError, OSError):
-            call = None
-        if call is not None:
-            call.restype = ctypes.c_ssize_t
-            call.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
-        _LIBC.append(call)
-    return _LIBC[0]
+    try:
+        call = ctypes.CDLL(None, use_errno=True).process_vm_readv
+    except (AttributeError, OSError):
+        return None
+    call.restype = ctypes.c_ssize_t
+    call.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+    return call

@@ -78,7 +78,6 @@ class SharedResults:
         self._free: list[Buffer] = []
         self.usable: bool | None = None  # whether the workers can be read, or open a buffer: probed on first use
         self.pulled = False  # this process may read the workers' blocks into a buffer (cluster/pulled.py)
-        self.written = False  # the workers may open a buffer to write their blocks into it
         self.read_room = math.inf  # results up to this many bytes are read; more are written as they are made
 
     @classmethod
@@ -125,9 +124,9 @@ class SharedResults:
 
             memfd = hasattr(os, "memfd_create")
             self.pulled = memfd and workers_readable(client)
-            self.written = memfd and _workers_open(client)
-            self.read_room = _read_room(client) if self.pulled and self.written else math.inf
-            self.usable = self.pulled or self.written
+            written = memfd and _workers_open(client)  # the workers may open a buffer to write their blocks into
+            self.read_room = _read_room(client) if self.pulled and written else math.inf
+            self.usable = self.pulled or written
         return self.usable
 
     def reads(self, nbytes: int) -> bool:
