@@ -195,8 +195,8 @@ def samples_its_system(dask_worker):
 
 
 @pytest.mark.parametrize("dashboard", [False, True])
-def test_the_servers_in_the_sessions_process_sample_their_system_only_for_a_dashboard(dashboard):
-    """Each sample reads /proc, handing the GIL back and forth with the user's main thread (plugins.QuietNanny)."""
+def test_the_servers_in_the_sessions_process_wake_its_loop_only_for_what_is_read(dashboard):
+    """Each wake-up takes the GIL from the user's main thread (plugins.QuietNanny, local._quiet_scheduler)."""
     with start({**ENGINES["process"], "cluster.dashboard": dashboard}) as s:
         cluster = running_of(s).cluster
         s.resize_workers(3)  # a nanny that starts later is quiet too
@@ -205,6 +205,52 @@ def test_the_servers_in_the_sessions_process_sample_their_system_only_for_a_dash
         in_here = [cluster.scheduler, *nannies]
         assert [samples_its_system(x) for x in in_here] == [dashboard] * 4
         assert set(s.client.run(samples_its_system).values()) == {True}  # a worker's heartbeat carries its memory
+        # the scheduler times the loop the nannies share; nobody set an idle or a no-workers timeout
+        assert [{"tick", "ticks"} <= set(n.periodic_callbacks) for n in nannies] == [dashboard] * 3
+        assert ({"idle-timeout", "no-workers-timeout"} <= set(cluster.scheduler.periodic_callbacks)) is dashboard
+        assert all(n.periodic_callbacks["memory_monitor"].is_running() for n in nannies)
+
+
+@pytest.mark.parametrize(("rss_gib", "threads", "after"), [
+    (0.2, 1, 1.0),  # far below: at most a second apart
+    (30.0, 1, (38 * 0.95 - 30) / 32),  # the soonest 32 GiB/s could take it past 95% of 38 GiB
+    (30.0, 4, 0.1),  # four threads could fill it four times as fast: distributed's interval
+    (36.5, 1, 0.1),  # near the threshold
+    (40.0, 1, 0.1),  # past it: checked (and terminated) at distributed's interval
+])
+def test_a_nannys_memory_check_comes_as_soon_as_its_worker_could_pass_the_threshold(rss_gib, threads, after):
+    from openclaw_dask.cluster.plugins import FILL_RATE, memory_check_after
+
+    assert FILL_RATE == 32 * 2**30
+    assert memory_check_after(int(rss_gib * 2**30), 38 * 2**30, 0.95, threads, 0.1) == pytest.approx(after)
+
+
+def _fill(nbytes, seconds):
+    """Hold ``nbytes`` of fresh memory for ``seconds`` (a task past its worker's terminate threshold)."""
+    held = np.ones(nbytes // 8)
+    time.sleep(seconds)
+    return float(held[-1])
+
+
+def test_a_paced_memory_check_still_terminates_a_worker_past_its_threshold(monkeypatch):
+    from openclaw_dask.cluster import plugins
+
+    # the nannies run in this process: at 1 GiB/s an idle 512 MiB worker is checked ~0.3 s apart, not 0.1
+    monkeypatch.setattr(plugins, "FILL_RATE", 2**30)
+    overrides = {**ENGINES["process"], "parallel.workers": 1, "cluster.memory_limit": "512MiB", "parallel.timeout": 30}
+    with start(overrides) as s:
+        nanny = next(iter(running_of(s).cluster.workers.values()))
+        checking = nanny.periodic_callbacks["memory_monitor"]
+        deadline = time.monotonic() + 5
+        while checking.callback_time <= 100 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert checking.callback_time > 200  # paced while the worker idles
+        pid = nanny.process.process.pid
+        s.client.submit(_fill, 500 * 2**20, 20, pure=False)  # past 95% of 512 MiB within a second
+        while nanny.process is None or nanny.process.process is None or nanny.process.process.pid == pid:
+            assert time.monotonic() < deadline + 15, "the worker was not terminated"
+            time.sleep(0.05)
+        assert any(e.get("pid") == pid for _, e in s.client.get_events("worker-restart-memory"))
 
 
 def page_faults_of_2mib_temporaries(n=50):

@@ -313,12 +313,19 @@ def cluster_needs(config: Config) -> list[tuple[str, str]]:
 
 
 def _quiet_scheduler(cluster: Any) -> None:
-    """Stop the in-process scheduler's system monitor: with no dashboard nothing reads it (plugins.QuietNanny)."""
+    """Stop what the in-process scheduler runs for nothing here, as its nannies do (plugins.QuietNanny).
+
+    Its system monitor (with no dashboard nothing reads it), and its idle and no-workers checks
+    where neither timeout is set: 4 wake-ups a second each, that only close the scheduler or fail
+    tasks once a timeout passes (an ``idle_since`` asked for is then counted from that request).
+    """
     from distributed.utils import sync
 
-    from openclaw_dask.cluster.plugins import stop_system_monitor
+    from openclaw_dask.cluster.plugins import stop_callbacks
 
-    sync(cluster.loop, stop_system_monitor, cluster.scheduler)
+    scheduler = cluster.scheduler
+    timeouts = {"idle-timeout": scheduler.idle_timeout, "no-workers-timeout": scheduler.no_workers_timeout}
+    sync(cluster.loop, stop_callbacks, scheduler, ("monitor", *(name for name, timeout in timeouts.items() if not timeout)))
 
 
 class ThreadBackend(LocalBackend):

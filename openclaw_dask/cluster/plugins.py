@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import NannyPlugin, WorkerPlugin
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
     from distributed import Nanny, Worker
     from distributed.core import Server
 
-__all__ = ["BlasThreads", "CupyPool", "LogLevel", "QuietNanny", "TransferBuffer", "WorkerHeap", "stop_system_monitor"]
+__all__ = ["BlasThreads", "CupyPool", "LogLevel", "QuietNanny", "TransferBuffer", "WorkerHeap", "memory_check_after",
+           "pace_memory_check", "stop_callbacks"]
 
 
 class LogLevel(WorkerPlugin):
@@ -148,25 +150,84 @@ class WorkerHeap(WorkerPlugin):
 
 
 class QuietNanny(NannyPlugin):
-    """The nanny updates no system monitor: nothing reads a nanny's.
+    """The nanny wakes the session's event loop no more often than what it watches needs.
 
-    Every distributed server samples its process's CPU, memory, file descriptors and the host's
-    disk and network counters every 500 ms, for the dashboard's plots. The process backend's
-    nannies and scheduler run in the session's process, where each sample's ``/proc`` reads hand
-    the GIL back and forth with the user's main thread: building 1,000 ``delayed`` objects took
-    1.4-3.1% longer with those three monitors sampling (docs/benchmarks.md, ninth pass). The
-    workers keep theirs: their heartbeats carry its memory figure to the scheduler.
+    The process backend's nannies and scheduler share one event loop in the session's process,
+    and every wake-up takes the GIL from the user's main thread, a hand-off between cores that
+    costs that thread more than the callback's own time (docs/benchmarks.md, ninth and twelfth
+    passes). Where no dashboard reads them, each nanny keeps:
+
+    - no system monitor: every distributed server samples its CPU, memory, file descriptors and
+      the host's disk and network counters every 500 ms, for the dashboard's plots; the workers
+      keep theirs (their heartbeats carry its memory figure to the scheduler);
+    - no tick of its own: the scheduler times the same event loop, and logs it when blocked;
+    - its memory check, which terminates a worker past ``distributed.worker.memory.terminate``,
+      paced by how soon the worker could get there (:func:`memory_check_after`): as often as
+      distributed checks (100 ms) near the threshold, up to once a second far below it.
     """
 
     name = "openclaw-quiet-nanny"
     idempotent = True
 
     async def setup(self, nanny: Nanny) -> None:
-        await stop_system_monitor(nanny)
+        await stop_callbacks(nanny, ("monitor", "tick", "ticks"))
+        pace_memory_check(nanny)
 
 
-async def stop_system_monitor(server: Server) -> None:
-    """Stop ``server``'s periodic system-monitor sample, or keep it from starting (on its event loop)."""
-    sampling = server.periodic_callbacks.pop("monitor", None)
-    if sampling is not None:
-        sampling.stop()
+# bytes a second one worker thread could add to its process's memory: above the 14.8 GiB/s at which one
+# thread faulted in fresh (huge) pages here, 20 GiB/s for two, and the 26 GiB/s it wrote to pages it had
+FILL_RATE = 32 * 2**30
+MAX_CHECK_S = 1.0  # the memory check's longest pause, however far below its threshold the worker is
+_PACED: weakref.WeakSet[Any] = weakref.WeakSet()  # the checks paced already (a nanny's plugins may be set up again)
+
+
+def memory_check_after(rss: int, limit: int, fraction: float, threads: int, interval: float) -> float:
+    """Seconds until the nanny's next memory check: the soonest its worker, at ``rss`` bytes, could pass
+    ``fraction`` of ``limit`` filling :data:`FILL_RATE` per thread; never under ``interval`` (distributed's
+    ``memory.monitor-interval``) nor over :data:`MAX_CHECK_S`."""
+    headroom = limit * fraction - rss
+    return min(MAX_CHECK_S, max(interval, headroom / (FILL_RATE * max(1, threads))))
+
+
+def pace_memory_check(nanny: Nanny) -> None:
+    """Run ``nanny``'s memory check (distributed's, unchanged) paced by :func:`memory_check_after`."""
+    import psutil
+
+    checking = nanny.periodic_callbacks.get("memory_monitor")
+    limit, fraction = nanny.memory_manager.memory_limit, nanny.memory_manager.memory_terminate_fraction
+    if checking is None or not limit or fraction is False or checking in _PACED:
+        return  # no limit to check against (distributed starts no check either), or paced already
+    check, interval = checking.callback, checking.callback_time / 1000
+    watched: list[psutil.Process] = []  # the worker's process, kept while its pid stays the same
+
+    def paced() -> None:
+        rss = _worker_rss(nanny, watched)
+        after = interval if rss is None else memory_check_after(rss, limit, fraction, nanny.nthreads, interval)
+        checking.callback_time = after * 1000  # tornado reads it as it schedules the next run
+        if after <= interval:  # near or past the threshold, or no worker: distributed's check, which reads the memory again
+            check()
+
+    checking.callback = paced
+    _PACED.add(checking)
+
+
+def _worker_rss(nanny: Nanny, watched: list[Any]) -> int | None:
+    """The resident bytes of ``nanny``'s worker process, as distributed's memory check reads them; ``None``: no worker."""
+    import psutil
+
+    worker = nanny.process.process if nanny.process is not None else None
+    if worker is None or worker.pid is None:
+        return None
+    try:
+        if not watched or watched[0].pid != worker.pid:  # a restarted worker is a new process
+            watched[:] = [psutil.Process(worker.pid)]
+        return int(watched[0].memory_info().rss)
+    except psutil.Error:
+        return None
+
+
+async def stop_callbacks(server: Server, names: tuple[str, ...]) -> None:
+    """Stop ``server``'s periodic callbacks ``names``, or keep them from starting (on its event loop)."""
+    for name in names:
+        if (callback := server.periodic_callbacks.pop(name, None)) is not None:
+            callback.stop()
