@@ -235,8 +235,8 @@ def _fill(nbytes, seconds):
 def test_a_paced_memory_check_still_terminates_a_worker_past_its_threshold(monkeypatch):
     from openclaw_dask.cluster import plugins
 
-    # the nannies run in this process: at 1 GiB/s an idle 512 MiB worker is checked ~0.3 s apart, not 0.1
-    monkeypatch.setattr(plugins, "FILL_RATE", 2**30)
+    # the nannies run in this process: at 512 MiB/s an idle 512 MiB worker is checked ~0.6 s apart, not 0.1
+    monkeypatch.setattr(plugins, "FILL_RATE", 2**29)
     overrides = {**ENGINES["process"], "parallel.workers": 1, "cluster.memory_limit": "512MiB", "parallel.timeout": 30}
     with start(overrides) as s:
         nanny = next(iter(running_of(s).cluster.workers.values()))
