@@ -211,6 +211,18 @@ def test_the_servers_in_the_sessions_process_wake_its_loop_only_for_what_is_read
         assert all(n.periodic_callbacks["memory_monitor"].is_running() for n in nannies)
 
 
+def test_a_timeout_or_a_limit_the_user_set_keeps_its_check():
+    overrides = {**ENGINES["process"], "parallel.workers": 1, "dask.distributed.scheduler.idle-timeout": "1h",
+                 "dask.distributed.worker.memory.terminate": False}
+    with start(overrides) as s:
+        cluster = running_of(s).cluster
+        assert "idle-timeout" in cluster.scheduler.periodic_callbacks  # it closes an idle scheduler after 1 h
+        assert "no-workers-timeout" not in cluster.scheduler.periodic_callbacks
+        nanny = next(iter(cluster.workers.values()))
+        assert "memory_monitor" not in nanny.periodic_callbacks  # distributed starts none without a threshold
+        assert s.compute(s.array((64,), fill="arange").sum()) == 2016
+
+
 @pytest.mark.parametrize(("rss_gib", "threads", "after"), [
     (0.2, 1, 1.0),  # far below: at most a second apart
     (30.0, 1, (38 * 0.95 - 30) / 32),  # the soonest 32 GiB/s could take it past 95% of 38 GiB
