@@ -4,7 +4,7 @@ import dask.array as da
 
 
 def smooth(block):
-    for _ in range(12):
+    for _ in range(24):
         inner = (block[:-2] + block[1:-1] + block[2:]) / 3.0
         block = block.copy()
         block[1:-1] = inner
