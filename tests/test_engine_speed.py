@@ -280,3 +280,34 @@ def test_worker_processes_reuse_freed_blocks_unless_their_limit_is_small(limit, 
     with start({**ENGINES["process"], "parallel.workers": 1, "cluster.memory_limit": limit}) as s:
         faults = s.client.submit(page_faults_of_2mib_temporaries, pure=False).result()
     assert (faults < 5 * 512) if reused else (faults > 40 * 512)
+
+
+def _rows(block, i):
+    return block[i * 256:(i + 1) * 256].copy()
+
+
+def test_tasks_that_read_big_blocks_run_where_the_blocks_are():
+    """distributed queues a big group over few inputs as root tasks, on any worker: a rechunk's splits then copied
+    whole blocks between workers (cluster/placement.py). Only a group whose inputs share out small stays so."""
+    from dask._task_spec import Task, TaskRef
+    from distributed import wait
+
+    from openclaw_dask.cluster.placement import LOCAL_SHARE
+
+    blocks = {f"{name}-{i}": Task(f"{name}-{i}", np.full, (1024, 1024), float(i)) for i in range(4) for name in ("block", "b")}
+    rows = {f"rows-{i}-{j}": Task(f"rows-{i}-{j}", _rows, TaskRef(f"block-{i}"), j) for i in range(4) for j in range(4)}
+    marked = {f"made-{i}-{j}": Task(f"made-{i}-{j}", _rows, TaskRef(f"b-{i}"), j, _data_producer=True)  # on other blocks,
+              for i in range(4) for j in range(4)}                                                    # which they may copy
+    reads = {f"read-{k}": Task(f"read-{k}", _rows, TaskRef("meta"), 0) for k in range(16)}
+    graph = {**blocks, **rows, **marked, **reads, "meta": Task("meta", np.zeros, (4, 4))}
+    with start(ENGINES["process"]) as s:
+        scheduler = running_of(s).scheduler
+        futures = dict(zip(graph, s.client.get(graph, list(graph), sync=False)))
+        wait(list(futures.values()))
+        tasks = scheduler.tasks
+        # 16 tasks over 4 blocks: distributed alone calls them root-ish; each reads a quarter of 8 MiB
+        assert type(scheduler).is_rootish(scheduler, tasks["rows-0-0"]) and 2 * 2**20 >= LOCAL_SHARE
+        assert [scheduler.is_rootish(tasks[k]) for k in ("rows-1-2", "made-1-2", "read-3")] == [False, True, True]
+        who_has = s.client.who_has(list(futures.values()))
+        assert all(len(who_has[f"block-{i}"]) == 1 for i in range(4))  # not copied
+        assert all(who_has[f"rows-{i}-{j}"] == who_has[f"block-{i}"] for i in range(4) for j in range(4))

@@ -384,7 +384,7 @@ def test_an_all_to_all_rechunk_on_two_workers_peaks_within_projection():
     from openclaw_dask.workloads.suite import KERNELS
 
     with openclaw_dask.session(**{**SMALL, "workers": 2, "memory_limit": "1GiB"}) as s:
-        prepared = KERNELS["rechunk-transpose"](s, 128 * MiB)  # two 64 MiB blocks, one on each worker
+        prepared = KERNELS["rechunk-transpose"](s, 128 * MiB)  # four 32 MiB row blocks, two on each worker
         try:
             wait(futures_of(list(prepared.inputs)))
             before = s.client.run(memory_model._process_memory)

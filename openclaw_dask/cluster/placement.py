@@ -1,0 +1,47 @@
+"""Tasks that read big blocks run where the blocks are, not where distributed's root-task queue puts them.
+
+distributed treats a task as *root-ish* when its group has more than twice the cluster's threads
+and fewer than 5 tasks to depend on, and places root-ish tasks on the least busy worker without
+regard to where their inputs are, "since they'll end up on every worker anyway". That holds for
+what such groups usually read: a store's array object of a few KB shared by thousands of reads.
+It does not for a rechunk's splits, or a slicing of a few big blocks: 16 splits of 4 transposed
+32 MiB blocks on 2 workers of 2 threads are root-ish, and each worker copied in whole blocks of
+its neighbour's (176 MiB received in all, against 64 for the splits themselves; each worker's
+peak up to 130 MiB over its baseline against 96; 0.187 s a compute against 0.132; docs/memory.md).
+
+A task whose share of its inputs (each input's bytes over the tasks that read it) is at least
+:data:`LOCAL_SHARE` is placed as any other task is: on a worker that holds its inputs. Tasks
+marked as data producers keep distributed's choice.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from distributed import Scheduler
+    from distributed.scheduler import TaskState
+
+__all__ = ["LOCAL_SHARE", "input_share", "keep_inputs_local"]
+
+# Copying 1 MiB between processes takes about a millisecond here, the order of a task's own cost on
+# worker processes (2.7 ms): a bigger share is worth keeping in place. A store's array object read by
+# thousands of tasks shares out to bytes; a rechunk's split reads megabytes.
+LOCAL_SHARE = 2**20
+
+
+def input_share(ts: TaskState) -> float:
+    """The bytes of ``ts``'s inputs that are its alone: each input's size over the tasks that read it."""
+    return sum(dts.get_nbytes() / max(len(dts.dependents), 1) for dts in ts.dependencies)
+
+
+def keep_inputs_local(scheduler: Scheduler) -> None:
+    """``scheduler`` (in this process) no longer treats a task as root-ish whose inputs are big (:data:`LOCAL_SHARE`)."""
+    rootish = type(scheduler).is_rootish
+
+    def is_rootish(ts: TaskState) -> bool:
+        if not rootish(scheduler, ts):
+            return False
+        return bool(ts.run_spec is not None and ts.run_spec.data_producer) or input_share(ts) < LOCAL_SHARE
+
+    scheduler.is_rootish = is_rootish  # type: ignore[method-assign]
