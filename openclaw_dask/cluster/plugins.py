@@ -191,14 +191,12 @@ def memory_check_after(rss: int, limit: int, fraction: float, threads: int, inte
 
 def pace_memory_check(nanny: Nanny) -> None:
     """Run ``nanny``'s memory check (distributed's, unchanged) paced by :func:`memory_check_after`."""
-    import psutil
-
     checking = nanny.periodic_callbacks.get("memory_monitor")
     limit, fraction = nanny.memory_manager.memory_limit, nanny.memory_manager.memory_terminate_fraction
     if checking is None or not limit or fraction is False or checking in _PACED:
         return  # no limit to check against (distributed starts no check either), or paced already
     check, interval = checking.callback, checking.callback_time / 1000
-    watched: list[psutil.Process] = []  # the worker's process, kept while its pid stays the same
+    watched: list[Any] = []  # the worker's psutil.Process, kept while its pid stays the same (_worker_rss)
 
     def paced() -> None:
         rss = _worker_rss(nanny, watched)
