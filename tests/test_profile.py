@@ -510,6 +510,21 @@ def test_a_task_on_an_oversized_chunk_of_the_array_is_skew_even_when_fusion_hide
     assert _kind(report, "data-skew") and not _kind(report, "stragglers")
 
 
+@pytest.mark.parametrize(("wall", "bound"), [(0.3, False), (0.45, True)])
+def test_scheduling_is_charged_no_more_than_the_time_the_threads_stood_idle(wall, bound):
+    """The engine's figure (2 ms here) is one more reduction chunk's cost; map_overlap's slicing tasks cost less, and
+    its planted balanced run was told it was overhead-bound (docs/profile.md). 100 tasks of 5.5 ms on 2 threads:
+    2 x 0.3 s of thread time holds 0.05 s outside tasks, 2 x 0.45 s holds 0.35 s."""
+    record = RunRecord(backend="thread", start=0.0, stop=wall, task_overhead_s=0.002)
+    record.workers["local"] = WorkerRecord("local", 2, 0, 0, 0, 0, 0)
+    record.tasks += [TaskRecord(f"('x', {i})", "x", "local", i % 2, i // 2 * 5.8e-3, i // 2 * 5.8e-3 + 5.5e-3, 2**20)
+                     for i in range(100)]
+    over = _kind(analyze(record, chunk_hint=2**20), "overhead-bound")
+    assert bool(over) is bound
+    if bound:  # 0.2 s estimated, under the 0.35 s idle: charged in full
+        assert over[0].evidence["overhead_s"] == 0.2 and "~2 ms a task" in over[0].summary
+
+
 def test_an_overhead_bound_run_whose_chunks_cannot_grow_says_why_in_its_own_figures():
     """The smoke benchmark was told 'the chunks are as big as the threads allow' for chunks set to 1 MiB:
     the sentence now gives the share each thread gets and the chunk size, both from the run."""

@@ -46,7 +46,7 @@ LARGE_GRAPH = 10 * 10**6  # distributed.admin.large-graph-warning-threshold's de
 MIN_GROUP = 4  # groups smaller than this have no meaningful median
 OVERHEAD_FRACTION = 0.25  # estimated scheduling cost over (cost + compute)
 OVERHEAD_MIN_TASKS = 20
-OVERHEAD_MIN_COST_S = 0.05  # below this much scheduling in the whole run, the work is just small
+OVERHEAD_MIN_COST_S = 0.05  # below this much estimated scheduling in the whole run, the work is just small
 OVERHEAD_TARGET = 20  # a task should compute >= 20 x the per-task overhead
 MEMORY_FRACTION = 0.7  # distributed's default spill threshold
 MEMORY_CHUNK_SHARE = 0.1  # chunks in flight (2 per thread) below this share of the limit: chunk size is not the lever
@@ -513,9 +513,12 @@ def _overhead(record: RunRecord, by_group: dict[str, list[TaskRecord]], chunk_hi
         return []
     per_task = record.task_overhead_s
     compute = sum(t.duration for t in tasks)
-    cost = len(tasks) * per_task
+    estimate = len(tasks) * per_task
+    # the engine's figure is what one more chunk of a reduction costs; map_overlap's many slicing tasks cost less
+    # each, and scheduling cannot have taken more of the work than the time the threads stood outside tasks
+    cost = min(estimate, _idle_lane_s(record))
     fraction = cost / (cost + compute)
-    if fraction <= OVERHEAD_FRACTION or cost < OVERHEAD_MIN_COST_S:
+    if fraction <= OVERHEAD_FRACTION or estimate < OVERHEAD_MIN_COST_S:
         return []
     heavy = _heaviest(by_group)
     median_d = max(statistics.median(t.duration for t in heavy), 1e-6)
@@ -538,13 +541,23 @@ def _overhead(record: RunRecord, by_group: dict[str, list[TaskRecord]], chunk_hi
         Verdict(
             "overhead-bound",
             f"{len(tasks)} tasks with a median of {format_time(statistics.median(t.duration for t in tasks))} each: "
-            f"scheduling (~{per_task * 1e3:.2g} ms a task) is about {fraction:.0%} of the work",
+            f"scheduling (~{cost / len(tasks) * 1e3:.2g} ms a task) is about {fraction:.0%} of the work",
             {"tasks": len(tasks), "median_task_s": statistics.median(t.duration for t in tasks),
-             "overhead_per_task_s": per_task, "overhead_fraction": round(fraction, 3), "chunk_bytes": chunk},
+             "overhead_per_task_s": per_task, "overhead_s": round(cost, 4), "overhead_fraction": round(fraction, 3),
+             "chunk_bytes": chunk},
             fix,
             overrides,
         )
     ]
+
+
+def _idle_lane_s(record: RunRecord) -> float:
+    """Thread-seconds of the run outside tasks and outside :func:`~openclaw_dask.progress.aside` blocks (inf: unknown)."""
+    slots = sum(w.nthreads for w in record.workers.values())
+    if not slots or record.wall_s <= 0:
+        return math.inf
+    run, aside = _left_out(record)
+    return max(0.0, slots * (record.wall_s - sum(aside.values())) - sum(t.duration for t in run))
 
 
 def _bigger_chunk(record: RunRecord, heavy: list[TaskRecord], chunk: int, factor: float) -> int | None:
