@@ -55,6 +55,7 @@ def test_openclaw_scheduler_takes_stock_and_openclaw_workers(tmp_path, procs):
         x = s.array((4000,), fill="arange")
         assert s.compute(x.sum()) == 3999 * 4000 / 2
         assert s.client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.openclaw_test_preloaded)
+        assert s.client.run_on_scheduler(lambda dask_scheduler: "is_rootish" in vars(dask_scheduler))  # placement.py
         marks = s.client.run(lambda dask_worker: getattr(dask_worker, "openclaw_test_preloaded", False))
         blas = s.client.run(blas)
         # the openclaw worker: preload, one task thread, omp_threads BLAS threads; the stock one: neither

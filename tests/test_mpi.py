@@ -42,6 +42,7 @@ def test_session_has_one_rank_per_worker_plus_the_scheduler_all_on_loopback():
     with openclaw_dask.session(backend="mpi", workers=2) as s:
         assert len(s.workers()) == 2
         assert s.compute(s.array((2000, 500), fill="ones").sum()) == 1_000_000
+        assert s.client.run_on_scheduler(lambda dask_scheduler: "is_rootish" in vars(dask_scheduler))  # cluster/placement.py
         ranks = [p for p in _ranks(s) if "openclaw_dask.cluster.mpi_ranks" in " ".join(p.cmdline())]
         assert len(ranks) == 3
         listening = [c.laddr for p in [psutil.Process(s.cluster.proc.pid), *_ranks(s)]

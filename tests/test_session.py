@@ -381,7 +381,7 @@ def test_arrays_are_joined_in_the_caller_not_in_a_finalize_task_on_a_worker():
 
 
 def test_cluster_settings_are_the_cluster_s_keywords_and_the_environment_comes_back():
-    """The scheduler's allowed failures and the workers' preloads reach the cluster as its keywords,
+    """The scheduler's allowed failures and preloads, and the workers' preloads, reach the cluster as its keywords,
     not through this process's dask config; what the nannies write into this process's environment
     for their spawns (BLAS threads, malloc trimming, PYTHONHASHSEED) is put back when the session closes."""
     import os
@@ -393,6 +393,8 @@ def test_cluster_settings_are_the_cluster_s_keywords_and_the_environment_comes_b
         preloads = s.client.run(lambda dask_worker: [p.name for p in dask_worker.preloads])
         assert all("openclaw_dask.cluster.interrupt_preload" in names for names in preloads.values()), preloads
         assert "openclaw_dask.cluster.interrupt_preload" not in dask.config.get("distributed.worker.preload", [])
+        assert "openclaw_dask.cluster.placement" in [p.name for p in s.running.scheduler.preloads]
+        assert "openclaw_dask.cluster.placement" not in dask.config.get("distributed.scheduler.preload", [])
         assert os.environ.get("PYTHONHASHSEED") is not None  # written by the nanny before it spawned
     after = dict(os.environ)
     assert {k: (before.get(k), after.get(k)) for k in set(before) | set(after)

@@ -147,6 +147,7 @@ def test_install_is_idempotent():
 
 
 INTERRUPT = "openclaw_dask.cluster.interrupt_preload"  # process workers ignore Ctrl-C: their session stops them
+PLACEMENT = "openclaw_dask.cluster.placement"  # every scheduler started under these settings
 
 
 def test_settings_add_the_size_and_append_the_preload():
@@ -154,7 +155,7 @@ def test_settings_add_the_size_and_append_the_preload():
     s = dask_settings(cfg(backend="process", socket_buffer_size="1MiB", **user))
     assert s[sockets.CONFIG_KEY] == ASK
     assert s["distributed.worker.preload"] == ["mymod", INTERRUPT, "dask.array", sockets.PRELOAD]
-    assert s["distributed.scheduler.preload"] == s["distributed.nanny.preload"] == [sockets.PRELOAD]
+    assert s["distributed.scheduler.preload"] == [PLACEMENT, sockets.PRELOAD] and s["distributed.nanny.preload"] == [sockets.PRELOAD]
     plain = dask_settings(cfg(backend="process"))
     assert sockets.CONFIG_KEY not in plain and plain["distributed.worker.preload"] == [INTERRUPT, "dask.array"]
 

@@ -70,10 +70,11 @@ with openclaw_dask.session(**json.loads(sys.argv[1])) as s:
                                              "local_directory": dask_worker.local_directory,
                                              "memory_limit": dask_worker.memory_manager.memory_limit})
     scheduler = s.client.scheduler_info()["address"]
+    placed = s.client.run_on_scheduler(lambda dask_scheduler: "is_rootish" in vars(dask_scheduler))  # cluster/placement.py
     deadline = time.monotonic() + 10
     while sum("a worker's log line" in m for m in heard) < len(info) and time.monotonic() < deadline:
         time.sleep(0.05)
-    print(json.dumps({"ok": result.ok, "scheduler": scheduler, "info": info, "heard": heard,
+    print(json.dumps({"ok": result.ok, "scheduler": scheduler, "placed": placed, "info": info, "heard": heard,
                       "workers": {a: {"host": w["host"], "nthreads": w["nthreads"]} for a, w in s.workers().items()}}))
 '''
 
@@ -241,7 +242,7 @@ def test_array_sum_runs_on_workers_of_both_hosts(ssh, tmp_path):
     out = _session(ssh, tmp_path, **{"parallel.workers": 3, "parallel.omp_threads": 2, "cluster.memory_limit": "1GiB",
                                      "cluster.local_directory": str(spill), "workload.size": "64MiB", "workload.repeat": 1})
     assert out["ok"], out
-    assert out["scheduler"].startswith(f"tcp://{HOST1}:"), out  # on the first host
+    assert out["scheduler"].startswith(f"tcp://{HOST1}:") and out["placed"], out  # on the first host, tasks placed by input
     hosts_of = sorted(w["host"] for w in out["workers"].values())
     assert hosts_of == [HOST1, HOST1, HOST2], out["workers"]  # 3 workers: 2 on the first host, 1 on the second
     assert all(a.startswith(f"tcp://{w['host']}:") and w["nthreads"] == 2 for a, w in out["workers"].items()), out

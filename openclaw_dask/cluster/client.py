@@ -52,13 +52,13 @@ class DistributedCluster(RunningCluster):
 
     def __init__(self, backend: Backend, config: Config, client: Client, cluster: Any = None, *,
                  shuts_down: bool = False, watch: Callable[[float], str | None] | None = None) -> None:
-        from openclaw_dask.cluster import code_names, quiet
+        from openclaw_dask.cluster import code_names, latency, quiet
 
         super().__init__(backend, config)
         self._client, self.cluster, self.shuts_down, self._watch = client, cluster, shuts_down, watch
         self.heap_reuse = not backend.capabilities.in_process  # results reuse freed blocks; a worker here would not (heap.py)
         self.results = SharedResults.for_workers(backend.capabilities)
-        _steer(client, self.scheduler)
+        latency.prompt(client, self.scheduler)  # a compute waits on work, not on message-batching deadlines
         quiet.install()  # a run stopped under distributed logs its teardown: not the user's news
         code_names.install()  # a failing task's traceback names the user's file, not <dynamic-code>
         self.comm = SchedulerComm(self)
@@ -181,16 +181,6 @@ class DistributedCluster(RunningCluster):
             return
         with signals_deferred():
             _close(self)
-
-
-def _steer(client: Client, scheduler: Scheduler | None) -> None:
-    """A compute waits on work, not on message-batching deadlines (latency.py); with the scheduler in this
-    process, tasks that read big blocks run where the blocks are (placement.py)."""
-    from openclaw_dask.cluster import latency, placement
-
-    latency.prompt(client, scheduler)
-    if scheduler is not None:
-        placement.keep_inputs_local(scheduler)
 
 
 def _scattered(client: Client, x: Any, chunks: tuple[tuple[int, ...], ...]) -> Any:

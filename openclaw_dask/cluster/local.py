@@ -72,7 +72,7 @@ def _threads(config: Config) -> int:
 class LocalBackend(Backend):
     """A :class:`distributed.LocalCluster` on this machine; subclasses say threads or processes."""
 
-    cluster_keywords = ("distributed.scheduler.allowed-failures", "distributed.worker.preload")
+    cluster_keywords = ("distributed.scheduler.allowed-failures", "distributed.scheduler.preload", "distributed.worker.preload")
 
     def plan(self, config: Config) -> dict[str, Any]:
         """The :class:`~distributed.LocalCluster` keyword arguments for ``config`` (nothing is started)."""
@@ -160,10 +160,15 @@ def _all_started(cluster: Any) -> Any:
 
 
 def _hand_to_cluster(kwargs: dict[str, Any], settings: dict[str, Any]) -> None:
-    """The scheduler's allowed failures and the workers' preloads, as the cluster's keywords (:attr:`Backend.cluster_keywords`)."""
+    """The scheduler's allowed failures and preloads, and the workers' preloads, as the cluster's keywords
+    (:attr:`Backend.cluster_keywords`)."""
     kwargs["scheduler_kwargs"]["allowed_failures"] = settings["distributed.scheduler.allowed-failures"]
-    preload = settings.get("distributed.worker.preload", [])
-    kwargs["preload"] = [preload] if isinstance(preload, str) else list(preload)
+    kwargs["scheduler_kwargs"]["preload"] = _listed(settings.get("distributed.scheduler.preload", []))
+    kwargs["preload"] = _listed(settings.get("distributed.worker.preload", []))
+
+
+def _listed(preload: str | list[str]) -> list[str]:
+    return [preload] if isinstance(preload, str) else list(preload)
 
 
 class TaskPool(_Executor):

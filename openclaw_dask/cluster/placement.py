@@ -12,6 +12,11 @@ peak up to 130 MiB over its baseline against 96; 0.187 s a compute against 0.132
 A task whose share of its inputs (each input's bytes over the tasks that read it) is at least
 :data:`LOCAL_SHARE` is placed as any other task is: on a worker that holds its inputs. Tasks
 marked as data producers keep distributed's choice.
+
+Every scheduler started under a session's dask settings, or by ``openclaw scheduler``, preloads this
+module (``distributed.scheduler.preload``, :func:`~openclaw_dask.cluster.settings.dask_settings`): the
+in-process ones of the thread, process, cuda and slurm backends, an MPI job's rank 0, an SSH cluster's.
+A scheduler someone else started keeps distributed's placement.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ if TYPE_CHECKING:
     from distributed import Scheduler
     from distributed.scheduler import TaskState
 
-__all__ = ["LOCAL_SHARE", "input_share", "keep_inputs_local"]
+__all__ = ["LOCAL_SHARE", "dask_setup", "input_share", "keep_inputs_local"]
 
 # Copying 1 MiB between processes takes about a millisecond here, the order of a task's own cost on
 # worker processes (2.7 ms): a bigger share is worth keeping in place. A store's array object read by
@@ -45,3 +50,8 @@ def keep_inputs_local(scheduler: Scheduler) -> None:
         return bool(ts.run_spec is not None and ts.run_spec.data_producer) or input_share(ts) < LOCAL_SHARE
 
     scheduler.is_rootish = is_rootish  # type: ignore[method-assign]
+
+
+def dask_setup(scheduler: Scheduler) -> None:
+    """distributed's preload hook, run as the scheduler starts."""
+    keep_inputs_local(scheduler)

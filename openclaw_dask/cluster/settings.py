@@ -56,6 +56,8 @@ def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, A
             add_preload(settings, tuple(modules), (key.split(".")[1],))
     if config.cluster.preload:
         add_preload(settings, config.cluster.preload, ("scheduler", "worker"))
+    # a scheduler started under these settings places tasks that read big blocks where the blocks are
+    add_preload(settings, ("openclaw_dask.cluster.placement",), ("scheduler",))
     # A fresh worker process imports dask.array while unpickling its first array task: ~0.15 s on
     # each worker that the first compute would wait for (as dask-cuda's pre_import avoids).
     add_preload(settings, ("dask.array",), ("worker",))
