@@ -76,6 +76,8 @@ def test_config_keys_reach_the_resource(crd_schema):
     assert args[args.index("--memory-limit") + 1] == str(6 * 2**30) and worker["resources"]["limits"]["memory"] == str(6 * 2**30)
     assert args[args.index("--death-timeout") + 1] == "45s" and env["DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT"] == "45.0s"
     assert args[args.index("--preload") + 1] == "mypkg.setup"
+    scheduler = spec["spec"]["scheduler"]["spec"]["containers"][0]["args"]
+    assert scheduler[-4:] == ["--preload", "mypkg.setup", "--preload", "openclaw_dask.cluster.placement"]
     assert env["OMP_NUM_THREADS"] == "2" and env["MKL_NUM_THREADS"] == "1"  # the user's env wins; 1 BLAS thread per task thread
     assert env["EXTRA_PIP_PACKAGES"] == "openclaw-dask" and env["DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES"] == "5"
     assert env["DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION"] == "1.5"  # the dask: section reaches the pods

@@ -99,8 +99,9 @@ def cluster_spec(config: Config) -> dict[str, Any]:
     worker["args"] = worker["args"] + args
     scheduler = spec["spec"]["scheduler"]["spec"]["containers"][0]
     scheduler["resources"] = None  # the scheduler's needs are not a worker's
-    if config.cluster.preload:
-        scheduler["args"] = scheduler["args"] + [a for m in config.cluster.preload for a in ("--preload", m)]
+    # the image has openclaw-dask (kubernetes.image): the scheduler places tasks by their inputs, as a session's does
+    preloads = (*config.cluster.preload, "openclaw_dask.cluster.placement")
+    scheduler["args"] = scheduler["args"] + [a for m in preloads for a in ("--preload", m)]
     return _without_nulls(spec)
 
 

@@ -15,8 +15,8 @@ marked as data producers keep distributed's choice.
 
 Every scheduler started under a session's dask settings, or by ``openclaw scheduler``, preloads this
 module (``distributed.scheduler.preload``, :func:`~openclaw_dask.cluster.settings.dask_settings`): the
-in-process ones of the thread, process, cuda and slurm backends, an MPI job's rank 0, an SSH cluster's.
-A scheduler someone else started keeps distributed's placement.
+in-process ones of the thread, process, cuda and slurm backends, an MPI job's rank 0, an SSH cluster's;
+the ``kubernetes`` backend's pod is told to. A scheduler someone else started keeps distributed's placement.
 """
 
 from __future__ import annotations
