@@ -6,8 +6,8 @@ regard to where their inputs are, "since they'll end up on every worker anyway".
 what such groups usually read: a store's array object of a few KB shared by thousands of reads.
 It does not for a rechunk's splits, or a slicing of a few big blocks: 16 splits of 4 transposed
 32 MiB blocks on 2 workers of 2 threads are root-ish, and each worker copied in whole blocks of
-its neighbour's (176 MiB received in all, against 64 for the splits themselves; each worker's
-peak up to 130 MiB over its baseline against 96; 0.187 s a compute against 0.132; docs/memory.md).
+its neighbour's: 168-176 MiB received in all, against the 64 the splits themselves need, and
+190-201 ms a compute against 141-145 (``benchmarks/split_placement.py``; docs/benchmarks.md).
 
 A task whose share of its inputs (each input's bytes over the tasks that read it) is at least
 :data:`LOCAL_SHARE` is placed as any other task is: on a worker that holds its inputs. Tasks
@@ -29,9 +29,9 @@ if TYPE_CHECKING:
 
 __all__ = ["LOCAL_SHARE", "dask_setup", "input_share", "keep_inputs_local"]
 
-# Copying 1 MiB between processes takes about a millisecond here, the order of a task's own cost on
-# worker processes (2.7 ms): a bigger share is worth keeping in place. A store's array object read by
-# thousands of tasks shares out to bytes; a rechunk's split reads megabytes.
+# Fetching 1 MiB from another worker process took 1.2 ms here (8 MiB 3.8 ms, 32 MiB 13 ms; medians of 8),
+# the order of a task's own cost on worker processes (2.7 ms): a bigger share is worth keeping in place.
+# A store's array object read by thousands of tasks shares out to bytes; a rechunk's split reads megabytes.
 LOCAL_SHARE = 2**20
 
 
@@ -41,7 +41,7 @@ def input_share(ts: TaskState) -> float:
 
 
 def keep_inputs_local(scheduler: Scheduler) -> None:
-    """``scheduler`` (in this process) no longer treats a task as root-ish whose inputs are big (:data:`LOCAL_SHARE`)."""
+    """``scheduler`` no longer treats a task as root-ish whose share of its inputs is big (:data:`LOCAL_SHARE`)."""
     rootish = type(scheduler).is_rootish
 
     def is_rootish(ts: TaskState) -> bool:
