@@ -25,6 +25,7 @@ from collections.abc import Callable
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from openclaw_dask.cluster import placement
 from openclaw_dask.cluster.base import Backend, Capabilities
 from openclaw_dask.cluster.client import DistributedCluster, new_client
 from openclaw_dask.cluster.k8s_template import make_cluster_spec
@@ -100,7 +101,7 @@ def cluster_spec(config: Config) -> dict[str, Any]:
     scheduler = spec["spec"]["scheduler"]["spec"]["containers"][0]
     scheduler["resources"] = None  # the scheduler's needs are not a worker's
     # the image has openclaw-dask (kubernetes.image): the scheduler places tasks by their inputs, as a session's does
-    preloads = (*config.cluster.preload, "openclaw_dask.cluster.placement")
+    preloads = (*config.cluster.preload, placement.__name__)
     scheduler["args"] = scheduler["args"] + [a for m in preloads for a in ("--preload", m)]
     return _without_nulls(spec)
 

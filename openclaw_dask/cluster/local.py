@@ -45,7 +45,7 @@ from openclaw_dask.cluster.network import (
 )
 from openclaw_dask.cluster.running import RunningCluster, ThreadedEngine
 from openclaw_dask.cluster.security import security_for, tls_plan
-from openclaw_dask.cluster.settings import dask_settings
+from openclaw_dask.cluster.settings import dask_settings, listed
 from openclaw_dask.cluster.starting import first_cause, interruptible
 from openclaw_dask.cluster.worker_shape import blas_threads, task_threads, worker_processes
 from openclaw_dask.errors import ClusterStartError, ConfigError
@@ -163,12 +163,8 @@ def _hand_to_cluster(kwargs: dict[str, Any], settings: dict[str, Any]) -> None:
     """The scheduler's allowed failures and preloads, and the workers' preloads, as the cluster's keywords
     (:attr:`Backend.cluster_keywords`)."""
     kwargs["scheduler_kwargs"]["allowed_failures"] = settings["distributed.scheduler.allowed-failures"]
-    kwargs["scheduler_kwargs"]["preload"] = _listed(settings.get("distributed.scheduler.preload", []))
-    kwargs["preload"] = _listed(settings.get("distributed.worker.preload", []))
-
-
-def _listed(preload: str | list[str]) -> list[str]:
-    return [preload] if isinstance(preload, str) else list(preload)
+    kwargs["scheduler_kwargs"]["preload"] = listed(settings.get("distributed.scheduler.preload", []))
+    kwargs["preload"] = listed(settings.get("distributed.worker.preload", []))
 
 
 class TaskPool(_Executor):

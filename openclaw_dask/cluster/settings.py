@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from openclaw_dask.cluster.base import Backend
     from openclaw_dask.config import Config
 
-__all__ = ["add_preload", "dask_settings", "for_engine", "needs_distributed"]
+__all__ = ["add_preload", "dask_settings", "for_engine", "listed", "needs_distributed"]
 
 
 def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, Any]:
@@ -25,6 +25,7 @@ def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, A
         Whose own settings (:meth:`Backend.dask_settings`) to add; default: the one the
         session of ``config`` runs on (serial when ``parallel.enabled`` is false).
     """
+    from openclaw_dask.cluster import placement
     from openclaw_dask.cluster.registry import backend_for
     from openclaw_dask.cluster.worker_shape import TRANSFER_KEYS, blas_env
 
@@ -57,7 +58,7 @@ def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, A
     if config.cluster.preload:
         add_preload(settings, config.cluster.preload, ("scheduler", "worker"))
     # a scheduler started under these settings places tasks that read big blocks where the blocks are
-    add_preload(settings, ("openclaw_dask.cluster.placement",), ("scheduler",))
+    add_preload(settings, (placement.__name__,), ("scheduler",))
     # A fresh worker process imports dask.array while unpickling its first array task: ~0.15 s on
     # each worker that the first compute would wait for (as dask-cuda's pre_import avoids).
     add_preload(settings, ("dask.array",), ("worker",))
@@ -92,6 +93,11 @@ def _socket_buffers(settings: dict[str, Any], size: int) -> None:
     add_preload(settings, (PRELOAD,), ("scheduler", "nanny", "worker"))
 
 
+def listed(preload: str | list[str]) -> list[str]:
+    """A preload setting as a list: dask's config takes one module name or a list of them."""
+    return [preload] if isinstance(preload, str) else list(preload)
+
+
 def add_preload(settings: dict[str, Any], modules: tuple[str, ...], roles: tuple[str, ...]) -> None:
     """Append ``modules`` to the preloads of each role; worker processes get them from their nanny's config."""
     import dask
@@ -101,6 +107,5 @@ def add_preload(settings: dict[str, Any], modules: tuple[str, ...], roles: tuple
     for role in roles:
         key = f"distributed.{role}.preload"
         # the user's preloads, not those an older open session put in this process's config
-        preloads = settings.get(key, dask.config.get(key, [], config=PROCESS.found()))
-        preloads = [preloads] if isinstance(preloads, str) else list(preloads)
+        preloads = listed(settings.get(key, dask.config.get(key, [], config=PROCESS.found())))
         settings[key] = [*preloads, *(m for m in modules if m not in preloads)]
