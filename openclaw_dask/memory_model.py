@@ -780,15 +780,17 @@ def misfit(projection: Projection, workers: dict[str, dict[str, Any]], *, pause:
     """The worker of ``workers`` (``scheduler_info()["workers"]``) the projection fits worst, if it does not fit.
 
     A worker takes ``pause`` of its memory limit before it stops running tasks; less its baseline
-    (process memory now), that must hold the running tasks, and with what it may spill
-    (``max_spill`` bytes per worker, ``None``: none) the whole projection.
+    (process memory now, but for freed blocks its heap holds for reuse: the ``heap_free`` metric of
+    :class:`~openclaw_dask.cluster.plugins.HeapKeeper`), that must hold the running tasks, and with what it
+    may spill (``max_spill`` bytes per worker, ``None``: none) the whole projection.
     """
     worst: Misfit | None = None
     for address, w in workers.items():
         limit = int(w.get("memory_limit") or 0)
         if not limit:
             continue
-        baseline = int((w.get("metrics") or {}).get("memory", 0))
+        metrics = w.get("metrics") or {}
+        baseline = max(0, int(metrics.get("memory", 0)) - int(metrics.get("heap_free", 0)))
         allowed = int(pause * limit)
         spill = max_spill or 0
         room = allowed - baseline
@@ -1043,11 +1045,17 @@ def _process_memory() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
+def _memory_now(dask_worker: Any) -> dict[str, int]:
+    """A worker's process memory now, and of it the freed blocks its heap holds for reuse (its ``heap_free`` metric)."""
+    held = dask_worker.metrics.get("heap_free")
+    return {"memory": _process_memory(), "heap_free": int(held(dask_worker)) if held else 0}
+
+
 def _in_use_now(session: SessionLike, workers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """``workers`` with each one's process memory now: the heartbeat's may be from the last run's peak."""
     try:
-        now = session.client.run(_process_memory)
+        now = session.client.run(_memory_now)
     except Exception:
         logger.debug("worker memory from heartbeats", exc_info=True)
         return workers
-    return {a: {**w, "metrics": {**(w.get("metrics") or {}), "memory": now.get(a, 0)}} for a, w in workers.items()}
+    return {a: {**w, "metrics": {**(w.get("metrics") or {}), **now.get(a, {"memory": 0, "heap_free": 0})}} for a, w in workers.items()}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import dask
@@ -10,6 +11,8 @@ import pytest
 
 from openclaw_dask import Session, load_config
 from openclaw_dask.cluster import running_of
+from openclaw_dask.cluster.heap import KEEP_IDLE_S, KEEP_MIN, WORKER_ARENA, trim_point, tuned_by_user
+from openclaw_dask.cluster.plugins import WorkerHeap
 from openclaw_dask.dataflow import pipeline
 from openclaw_dask.dataflow.pipeline import MAX_GROUP, group_size
 from openclaw_dask.dataflow.small_tasks import MIN_GROUP, batch_small_tasks
@@ -280,6 +283,70 @@ def test_worker_processes_reuse_freed_blocks_unless_their_limit_is_small(limit, 
     with start({**ENGINES["process"], "parallel.workers": 1, "cluster.memory_limit": limit}) as s:
         faults = s.client.submit(page_faults_of_2mib_temporaries, pure=False).result()
     assert (faults < 5 * 512) if reused else (faults > 40 * 512)
+
+
+def _freed(nbytes):
+    """In a worker: make and free a block of ``nbytes``; the bytes its heap then holds, and while it holds another."""
+    from distributed import get_worker
+
+    keeper = get_worker().plugins[WorkerHeap.name].keeper
+    np.ones(nbytes // 8).sum()
+    held = keeper.free()
+    again = np.ones(nbytes // 8)
+    taken = keeper.free()
+    del again
+    return held, taken
+
+
+def _held(dask_worker):
+    return dask_worker.plugins[WorkerHeap.name].keeper.free()
+
+
+def _trimmed_while_busy(nbytes):
+    """In a worker: free a block, then put the keeper's trim point under the worker's memory while this task runs."""
+    from distributed import get_worker
+
+    keeper = get_worker().plugins[WorkerHeap.name].keeper
+    np.ones(nbytes // 8).sum()
+    held, start = keeper.free(), time.monotonic()
+    keeper.point = 0
+    while keeper.free() >= KEEP_MIN and time.monotonic() < start + 10:
+        time.sleep(0.01)
+    return held, keeper.free(), time.monotonic() - start
+
+
+@pytest.mark.parametrize(("env", "tuned"), [({}, False), ({"MALLOC_TRIM_THRESHOLD_": "65536", **WORKER_ARENA}, False),
+                                            ({"MALLOC_ARENA_MAX": "2"}, True), ({"MALLOC_TRIM_THRESHOLD_": "0"}, True)])
+def test_what_distributed_and_openclaw_set_for_malloc_is_not_the_users_tuning(monkeypatch, env, tuned):
+    for key in [k for k in os.environ if k.startswith("MALLOC_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert tuned_by_user() is tuned
+
+
+def test_a_worker_trims_before_distributed_would_spill_or_pause():
+    limit = 2**30
+    assert trim_point(limit, (0.7, 0.8)) == int(0.9 * 0.7 * limit)
+    assert trim_point(limit, (False, 0.8)) == int(0.9 * 0.8 * limit)  # spilling off: pausing still counts
+    assert trim_point(limit, (False, False)) is None and trim_point(None, (0.7, 0.8)) is None
+
+
+def test_a_worker_reuses_freed_chunks_and_gives_them_back_once_idle_or_short_of_memory():
+    """A worker process spawned with one malloc arena keeps a freed 64 MiB block in its heap (glibc would unmap it):
+    the next one of that size takes it. Idle for KEEP_IDLE_S, or with its memory over the trim point even while
+    busy, it gives the pages back."""
+    size = 64 * 2**20
+    with start({**ENGINES["process"], "parallel.workers": 1}) as s:
+        assert set(s.client.run(os.environ.get, "MALLOC_ARENA_MAX").values()) == {WORKER_ARENA["MALLOC_ARENA_MAX"]}
+        held, again = s.client.submit(_freed, size, pure=False).result()
+        assert held >= size and again < size  # kept, then taken again
+        deadline = time.monotonic() + KEEP_IDLE_S + 10
+        while max(s.client.run(_held).values()) >= KEEP_MIN:
+            assert time.monotonic() < deadline, "an idle worker kept its freed blocks"
+            time.sleep(0.1)
+        held, after, took = s.client.submit(_trimmed_while_busy, size, pure=False).result()
+        assert held >= size and after < KEEP_MIN and took < KEEP_IDLE_S  # while its task ran: not the idle rule
 
 
 def _rows(block, i):

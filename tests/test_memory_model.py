@@ -129,6 +129,16 @@ def test_misfit_names_the_worker_and_a_chunk_that_fits():
     assert misfit(kept, workers, pause=0.8, max_spill=256 * MiB) is None  # unless they may spill
 
 
+def test_blocks_a_worker_holds_for_reuse_are_not_counted_as_taken():
+    """A worker's heap keeps freed blocks for the next compute (cluster/heap.py): its process memory counts them,
+    the ``heap_free`` metric says how much of it they are, and the check leaves them out of the baseline."""
+    p = project([(da.ones((4096, 4096), chunks=(2048, 4096)) + 1).sum()], threads=2)  # 64 MiB chunks
+    holding = {"memory_limit": 1024 * MiB, "nthreads": 2, "metrics": {"memory": 700 * MiB}}
+    assert misfit(p, {"w": holding}, pause=0.8, max_spill=None).baseline == 700 * MiB
+    freed = {**holding, "metrics": {"memory": 700 * MiB, "heap_free": 600 * MiB}}
+    assert misfit(p, {"w": freed}, pause=0.8, max_spill=None) is None
+
+
 def test_a_stream_holds_its_running_tasks_and_the_output_of_each_batch_waiting():
     steps = [("load", 100, MiB, (0, 1)), ("scale", MiB, MiB, (2, 0)), ("total", MiB, 8, (0, 0))]
     one = project_stream(steps, group=2, in_flight=8, threads=1)

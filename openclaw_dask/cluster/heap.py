@@ -36,6 +36,18 @@ freed. The pipeline kernel's stages (2 MiB batches) ran 3x (``load``) and 8x (``
 slower in a worker process than the same calls in the client. With blocks under 32 MiB from
 the heap and at most 4 MiB of free memory kept at its top, they run as fast as in the client,
 and the worker's memory grew by under 4 MiB (docs/benchmarks.md, "Worker heap").
+
+Chunk-sized blocks need more, and a bound in time. A worker process a session's nanny spawns
+starts with one arena (:data:`WORKER_ARENA` in its environment: glibc reads it as the process
+starts, before any thread could take an arena of its own), so its task threads' blocks of any
+size come from the main heap, and glibc gives none back by itself (:data:`WORKER_KEEP`). The
+worker gives its free pages back (``malloc_trim``) once it has been idle :data:`KEEP_IDLE_S`,
+and at once when its memory nears the point where distributed would spill or pause
+(:func:`trim_point`). So a run of computes reuses the last one's pages, where each faulted its
+temporaries in afresh (the standard stencil's 256 MiB blocks: 0.12-0.22 s of system time per
+worker a compute, ~0 reused; docs/benchmarks.md, fourteenth pass), and an idle worker holds no
+more than it needs for longer than a second. What it holds free is reported with its metrics
+(:func:`heap_free`), so the memory check does not count it as taken.
 """
 
 from __future__ import annotations
@@ -47,10 +59,10 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-__all__ = ["DISTRIBUTED_TRIM", "M_TRIM_THRESHOLD", "WORKER_HEAP", "WORKER_HEAP_MIN_LIMIT", "glibc", "heap_reuse", "one_arena", "tunable_glibc",
-           "tuned_by_user"]
+__all__ = ["DISTRIBUTED_TRIM", "KEEP_IDLE_S", "KEEP_MIN", "MMAP_MAX_DEFAULT", "M_MMAP_MAX", "M_TRIM_THRESHOLD", "WORKER_ARENA", "WORKER_HEAP", "WORKER_HEAP_MIN_LIMIT", "WORKER_KEEP",
+           "glibc", "heap_free", "heap_reuse", "one_arena", "trim_point", "tunable_glibc", "tuned_by_user"]
 
 logger = logging.getLogger("openclaw_dask.cluster")
 
@@ -60,11 +72,19 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -3, -4, -8
 # the next run, and a fault costs ~15 us a page on this VM: a 2 GiB re-growth measured 1-2 s of system time.
 _REUSE = ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, -1), (M_ARENA_MAX, 1))
 # Setting any of them ends glibc's sliding mmap threshold for good: put it where it slides to (32 MiB).
-_DEFAULTS = ((M_MMAP_MAX, 65536), (M_TRIM_THRESHOLD, 128 * 1024), (M_MMAP_THRESHOLD, 32 * 2**20), (M_ARENA_MAX, 0))
+MMAP_MAX_DEFAULT = 65536
+_DEFAULTS = ((M_MMAP_MAX, MMAP_MAX_DEFAULT), (M_TRIM_THRESHOLD, 128 * 1024), (M_MMAP_THRESHOLD, 32 * 2**20), (M_ARENA_MAX, 0))
 # A worker process: blocks under 32 MiB from the heap, at most 4 MiB free kept at its top (bounded, for the memory monitor)
 WORKER_HEAP = ((M_MMAP_THRESHOLD, 32 * 2**20), (M_TRIM_THRESHOLD, 4 * 2**20))
 WORKER_HEAP_MIN_LIMIT = 2**30
-DISTRIBUTED_TRIM = "65536"  # the MALLOC_TRIM_THRESHOLD_ distributed's nannies set; any other value is the user's
+DISTRIBUTED_TRIM = "65536"  # the MALLOC_TRIM_THRESHOLD_ distributed's nannies set
+WORKER_ARENA = {"MALLOC_ARENA_MAX": "1"}  # what a session's nannies spawn worker processes with
+# A one-arena worker: every block from the main heap, none given back but by WorkerHeap's malloc_trim
+WORKER_KEEP = ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, -1))
+KEEP_MIN = 4 * 2**20  # less free than this is not worth a trim (what WORKER_HEAP keeps at the top)
+KEEP_IDLE_S = 1.0  # an idle worker's free pages go back after this long: the next compute's are mostly warm by then
+# set by distributed or by openclaw, not the user's own tuning
+_OURS = {"MALLOC_TRIM_THRESHOLD_": DISTRIBUTED_TRIM, **WORKER_ARENA}
 
 
 @functools.cache
@@ -90,11 +110,12 @@ def _libc_names() -> Iterator[str | None]:
 def tuned_by_user() -> bool:
     """``MALLOC_*`` variables or glibc's malloc tunables: the user's own tuning, which openclaw leaves alone.
 
-    Not the trim threshold distributed's nannies write into the environment of the process that
-    spawns workers (and so into each worker's) with its own value, :data:`DISTRIBUTED_TRIM`.
+    Not what nannies write into the environment of the process that spawns workers (and so into
+    each worker's): distributed's trim threshold, :data:`DISTRIBUTED_TRIM`, and the session's
+    :data:`WORKER_ARENA`.
     """
     own = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
-    return own not in ({}, {"MALLOC_TRIM_THRESHOLD_": DISTRIBUTED_TRIM}) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", "")
+    return any(_OURS.get(k) != v for k, v in own.items()) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", "")
 
 
 def tunable_glibc() -> ctypes.CDLL | None:
@@ -130,3 +151,28 @@ def heap_reuse() -> Iterator[None]:
             for param, value in _DEFAULTS:
                 libc.mallopt(param, value)
             libc.malloc_trim(0)
+
+
+def trim_point(limit: int | None, fractions: Iterable[float | bool | None]) -> int | None:
+    """The process memory (bytes) above which a worker gives its free heap pages back, pure.
+
+    Nine tenths of the lowest of distributed's ``spill`` and ``pause`` fractions of ``limit`` (those
+    not turned off): kept pages go before its memory monitor could count them as data.
+    ``None``: no limit, or both off.
+    """
+    on = [f for f in fractions if f]
+    return int(0.9 * min(on) * limit) if on and limit else None
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def heap_free(libc: ctypes.CDLL) -> int | None:
+    """Bytes free in glibc's heaps (``mallinfo2``'s ``fordblks``: trimmed pages too); ``None`` before glibc 2.33."""
+    mallinfo2 = getattr(libc, "mallinfo2", None)
+    if mallinfo2 is None:
+        return None
+    mallinfo2.restype = _Mallinfo2
+    return int(mallinfo2().fordblks)

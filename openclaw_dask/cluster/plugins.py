@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -11,10 +12,18 @@ from distributed.diagnostics.plugin import NannyPlugin, WorkerPlugin
 
 from openclaw_dask.cluster.heap import (
     DISTRIBUTED_TRIM,
+    KEEP_IDLE_S,
+    KEEP_MIN,
+    M_MMAP_MAX,
     M_TRIM_THRESHOLD,
+    MMAP_MAX_DEFAULT,
+    WORKER_ARENA,
     WORKER_HEAP,
     WORKER_HEAP_MIN_LIMIT,
+    WORKER_KEEP,
     glibc,
+    heap_free,
+    trim_point,
     tunable_glibc,
 )
 from openclaw_dask.cluster.worker_shape import LOGGERS, TRANSFER_KEYS
@@ -23,7 +32,7 @@ if TYPE_CHECKING:
     from distributed import Nanny, Worker
     from distributed.core import Server
 
-__all__ = ["BlasThreads", "CupyPool", "LogLevel", "QuietNanny", "TransferBuffer", "WorkerHeap", "memory_check_after",
+__all__ = ["BlasThreads", "CupyPool", "HeapKeeper", "LogLevel", "QuietNanny", "TransferBuffer", "WorkerHeap", "memory_check_after",
            "pace_memory_check", "stop_callbacks"]
 
 
@@ -118,35 +127,96 @@ class BlasThreads(WorkerPlugin):
 
 
 class WorkerHeap(WorkerPlugin):
-    """:data:`~openclaw_dask.cluster.heap.WORKER_HEAP` in each worker process; distributed's trim threshold back
-    at teardown (why: :mod:`openclaw_dask.cluster.heap`).
+    """How a worker process's malloc keeps freed blocks (why: :mod:`openclaw_dask.cluster.heap`); glibc's own
+    limits back at teardown.
 
-    Not in the session's own process (the thread backend's in-process worker: :func:`~openclaw_dask.cluster.heap.heap_reuse`
-    decides there), not over the user's own ``MALLOC_*`` tuning, and not under a memory limit
-    below :data:`WORKER_HEAP_MIN_LIMIT`: blocks freed in the middle of a heap stay mapped, and a
-    150 MiB worker reading Zarr chunks paused at its limit holding 80 bytes of data.
+    A worker spawned with one arena (:data:`~openclaw_dask.cluster.heap.WORKER_ARENA`) keeps every freed block
+    until its :class:`HeapKeeper` gives the pages back; any other keeps blocks under 32 MiB
+    (:data:`~openclaw_dask.cluster.heap.WORKER_HEAP`). Not in the session's own process (the thread backend's
+    in-process worker: :func:`~openclaw_dask.cluster.heap.heap_reuse` decides there), not over the user's own
+    ``MALLOC_*`` tuning, and not under a memory limit below :data:`WORKER_HEAP_MIN_LIMIT`: blocks freed in
+    the middle of a heap stay mapped, and a 150 MiB worker reading Zarr chunks paused at its limit holding
+    80 bytes of data.
     """
 
     name = "openclaw-worker-heap"
+    tending = "openclaw-heap-keeper"  # the keeper's periodic callback on the worker
 
     def __init__(self) -> None:
         self.client_pid = os.getpid()
         self.applied = False
+        self.keeper: HeapKeeper | None = None  # in a worker that keeps its freed blocks
 
     def setup(self, worker: Worker) -> None:
-        limit = getattr(getattr(worker, "memory_manager", None), "memory_limit", None)
+        memory = worker.memory_manager
+        limit = memory.memory_limit
         wanted = os.getpid() != self.client_pid and (limit is None or limit >= WORKER_HEAP_MIN_LIMIT)
         libc = tunable_glibc() if wanted else None
-        if libc is not None:
-            for param, value in WORKER_HEAP:
-                libc.mallopt(param, value)
-            self.applied = True
+        if libc is None:
+            return
+        # glibc read the arena limit as the process started; a fork keeps its parent's heaps, whatever it says
+        keeps = _started_with(WORKER_ARENA) and heap_free(libc) is not None
+        for param, value in WORKER_KEEP if keeps else WORKER_HEAP:
+            libc.mallopt(param, value)
+        self.applied = True
+        if keeps:
+            from tornado.ioloop import PeriodicCallback
+
+            self.keeper = keeper = HeapKeeper(worker, libc, trim_point(limit, (memory.memory_spill_fraction, memory.memory_pause_fraction)))
+            worker.metrics["heap_free"] = keeper.free  # read with every heartbeat: the memory check's baseline
+            every = 1000 * memory.memory_monitor_interval  # as often as distributed's own memory monitor looks
+            worker.periodic_callbacks[self.tending] = callback = PeriodicCallback(keeper.tend, every)
+            callback.start()
 
     def teardown(self, worker: Worker) -> None:
+        callback = worker.periodic_callbacks.pop(self.tending, None)
+        if callback is not None:
+            callback.stop()
         libc = glibc() if self.applied else None
         if libc is not None:
+            libc.mallopt(M_MMAP_MAX, MMAP_MAX_DEFAULT)
             libc.mallopt(M_TRIM_THRESHOLD, int(DISTRIBUTED_TRIM))
             libc.malloc_trim(0)
+
+
+def _started_with(variables: dict[str, str]) -> bool:
+    """Whether this process's environment has ``variables`` (a nanny sets them before the worker starts)."""
+    return all(os.environ.get(k) == v for k, v in variables.items())
+
+
+class HeapKeeper:
+    """A worker's freed heap pages, given back (``malloc_trim``) once it has been idle
+    :data:`~openclaw_dask.cluster.heap.KEEP_IDLE_S`, or at once while its memory is above ``point`` bytes.
+
+    ``mallinfo2`` counts pages given back as free too: what was free just after the last trim is the
+    floor, and only what is free beyond it is held (:meth:`free`).
+    """
+
+    def __init__(self, worker: Worker, libc: Any, point: int | None) -> None:
+        self.worker, self.libc, self.point = worker, libc, point
+        self.busy_at = time.monotonic()
+        self.floor = 0
+        self.trim()
+
+    def free(self, worker: Worker | None = None) -> int:
+        """Bytes freed since the last trim and still held (a worker metric: called with the worker)."""
+        now = heap_free(self.libc) or 0
+        self.floor = min(self.floor, now)  # pages given back were taken again
+        return now - self.floor
+
+    def trim(self) -> None:
+        self.libc.malloc_trim(0)
+        self.floor = heap_free(self.libc) or 0
+
+    def tend(self) -> None:
+        state, now = self.worker.state, time.monotonic()
+        if state.executing_count or state.in_flight_tasks:
+            self.busy_at = now
+        if self.free() < KEEP_MIN:
+            return
+        idle = now - self.busy_at >= KEEP_IDLE_S
+        if idle or (self.point is not None and self.worker.monitor.get_process_memory() > self.point):
+            self.trim()
 
 
 class QuietNanny(NannyPlugin):

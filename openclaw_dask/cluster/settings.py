@@ -26,6 +26,7 @@ def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, A
         session of ``config`` runs on (serial when ``parallel.enabled`` is false).
     """
     from openclaw_dask.cluster import placement
+    from openclaw_dask.cluster.heap import WORKER_ARENA, tuned_by_user
     from openclaw_dask.cluster.registry import backend_for
     from openclaw_dask.cluster.worker_shape import TRANSFER_KEYS, blas_env
 
@@ -39,6 +40,8 @@ def dask_settings(config: Config, backend: Backend | None = None) -> dict[str, A
     # every worker process a nanny starts gets this many BLAS/OpenMP threads (libraries read it at load)
     for var, value in blas_env(config).items():
         settings[f"distributed.nanny.pre-spawn-environ.{var}"] = int(value)
+    if not tuned_by_user():  # one malloc arena from the start: task threads' big blocks can then be reused (cluster/heap.py)
+        settings.update({f"distributed.nanny.pre-spawn-environ.{var}": int(value) for var, value in WORKER_ARENA.items()})
     if p.fusion_buffer_size is not None:  # small pieces move between workers a buffer's worth per message
         settings.update(dict.fromkeys(TRANSFER_KEYS, p.fusion_buffer_size))
     backend = backend or backend_for(config)
