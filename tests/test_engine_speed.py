@@ -6,6 +6,7 @@ import os
 import time
 
 import dask
+import dask.array
 import numpy as np
 import pytest
 
@@ -347,6 +348,20 @@ def test_a_worker_reuses_freed_chunks_and_gives_them_back_once_idle_or_short_of_
             time.sleep(0.1)
         held, after, took = s.client.submit(_trimmed_while_busy, size, pure=False).result()
         assert held >= size and after < KEEP_MIN and took < KEEP_IDLE_S  # while its task ran: not the idle rule
+
+
+def _churn(nbytes):
+    np.ones(nbytes // 8).sum()
+
+
+def test_the_memory_check_counts_blocks_a_worker_keeps_for_reuse_as_room():
+    """600 MiB freed and kept on a 1 GiB worker: its process memory (~670 MiB) leaves 150 MiB under the pause point,
+    but the next graph's ~490 MiB of running tasks take the kept blocks: the check lets it run."""
+    with start({**ENGINES["process"], "parallel.workers": 1, "cluster.memory_limit": "1GiB",
+                "cluster.memory_check": "error"}) as s:
+        s.client.submit(_churn, 600 * 2**20, pure=False).result()
+        x = dask.array.ones((8000, 8000), chunks=(4000, 8000))  # 244 MiB chunks, made in the tasks
+        assert s.compute((x + 1).sum()) == 2 * 8000 * 8000
 
 
 def _rows(block, i):

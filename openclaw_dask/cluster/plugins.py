@@ -154,8 +154,8 @@ class WorkerHeap(WorkerPlugin):
         libc = tunable_glibc() if wanted else None
         if libc is None:
             return
-        # glibc read the arena limit as the process started; a fork keeps its parent's heaps, whatever it says
-        keeps = _started_with(WORKER_ARENA) and heap_free(libc) is not None
+        # glibc read the arena limit as the process started (a nanny sets it first); a fork keeps its parent's heaps
+        keeps = all(os.environ.get(k) == v for k, v in WORKER_ARENA.items()) and heap_free(libc) is not None
         for param, value in WORKER_KEEP if keeps else WORKER_HEAP:
             libc.mallopt(param, value)
         self.applied = True
@@ -177,11 +177,6 @@ class WorkerHeap(WorkerPlugin):
             libc.mallopt(M_MMAP_MAX, MMAP_MAX_DEFAULT)
             libc.mallopt(M_TRIM_THRESHOLD, int(DISTRIBUTED_TRIM))
             libc.malloc_trim(0)
-
-
-def _started_with(variables: dict[str, str]) -> bool:
-    """Whether this process's environment has ``variables`` (a nanny sets them before the worker starts)."""
-    return all(os.environ.get(k) == v for k, v in variables.items())
 
 
 class HeapKeeper:
