@@ -4,7 +4,7 @@ Some settings cannot be scoped to a cluster: what ``dask.compute`` runs on in th
 the log levels of this process's loggers, its BLAS/OpenMP pools, malloc's tuning, the SIGTERM
 handler, distributed's ``tcp`` comm backend, and the environment variables a nanny writes into
 this process's own environment before it spawns a worker (``pre-spawn-environ``: BLAS threads,
-malloc trimming, ``PYTHONHASHSEED``), which later child processes of the program would inherit. Each open session holds a :class:`Layer` of them
+malloc trimming and arenas, ``PYTHONHASHSEED``), which later child processes of the program would inherit. Each open session holds a :class:`Layer` of them
 in :data:`PROCESS`; the process always shows the newest open session's layer over what it was
 before the first one opened. Sessions close in any order and nothing is handed between them:
 closing the newest brings the next newest back, closing an older one changes nothing visible,
