@@ -29,7 +29,7 @@ from openclaw_dask import memory_model
 from openclaw_dask.cluster import running_of
 from openclaw_dask.cluster.paths import path_line
 from openclaw_dask.cluster.stall import stall_watch
-from openclaw_dask.progress import aside, track_persist
+from openclaw_dask.progress import track_persist
 from openclaw_dask.workloads import accuracy
 from openclaw_dask.workloads.limits import judged, throughput_limit
 
@@ -145,8 +145,7 @@ def _judged_gbps(session: SessionLike, nbytes: int, seconds: float, measured: in
     """GB/s of reading ``nbytes`` in ``seconds``, the bandwidth over ``measured`` bytes it is held to, and why it
     cannot be real (or None)."""
     gbps = nbytes / seconds / 1e9
-    with aside("measuring the memory bandwidth limit"):  # the referee, not the run: NumPy on fresh memory here
-        return (gbps, *judged(gbps, throughput_limit(session, measured), lambda: throughput_limit(session, measured)))
+    return (gbps, *judged(gbps, throughput_limit(session, measured), lambda: throughput_limit(session, measured)))
 
 
 def _generated(session: SessionLike, n: int, chunks: tuple[int, ...], progress: bool) -> Any:

@@ -24,6 +24,8 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from openclaw_dask.progress import aside
+
 if TYPE_CHECKING:
     from openclaw_dask.cluster import SessionLike
 
@@ -61,9 +63,11 @@ def hosts(session: SessionLike) -> int:
 def throughput_limit(session: SessionLike, nbytes: int) -> float:
     """GB/s that reading ``nbytes`` once cannot beat on ``session``'s workers (this host's bandwidth per host).
 
-    Hosts other than this one are taken to be as fast as this one.
+    Hosts other than this one are taken to be as fast as this one. Measured inside a run, it is the referee,
+    not the run: an :func:`~openclaw_dask.progress.aside` for the profiler (NumPy on fresh memory here).
     """
-    return measure_bandwidth(min(max(nbytes, 8), STREAMED))["all_cores"] * hosts(session)
+    with aside("measuring the memory bandwidth limit"):
+        return measure_bandwidth(min(max(nbytes, 8), STREAMED))["all_cores"] * hosts(session)
 
 
 def implausible(gbps: float, limit_gbps: float) -> str | None:
