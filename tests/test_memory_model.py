@@ -371,9 +371,10 @@ def test_suite_kernels_measured_peak_within_projection(threads, by_threads):
         (worker,) = record.workers.values()
         if name in STREAMS:
             assert record.graphs > record.projected_graphs == runs, name
-        elif not record.graphs:  # tiny-tasks: the small-tasks pass may run it all in the client, timed
-            assert name == "tiny-tasks" and record.ran_here and record.projected_graphs == runs, name
-            continue
+        elif name == "tiny-tasks" and record.ran_here:  # the small-tasks pass may run it in the client, timed: some runs
+            assert record.projected_graphs == runs >= record.graphs, name  # or all (1 of 6 went to the engine in one run)
+            if not record.graphs:
+                continue
         else:
             assert record.projected_graphs == record.graphs >= 1, name  # every graph it ran was projected
         rows.append((name, record.projected[worker.address], worker.peak_memory, before))

@@ -10,7 +10,8 @@ from dask.utils import key_split
 
 from openclaw_dask import Session, load_config
 from openclaw_dask.cluster import here, running_of
-from openclaw_dask.cluster.tails import MAX_BYTES, tail_of
+from openclaw_dask.cluster.base import Capabilities
+from openclaw_dask.cluster.tails import LOCAL_MAX_BYTES, MAX_BYTES, tail_of, tails_bound
 from openclaw_dask.diagnostics.collect import collect
 
 ENGINES = {
@@ -64,6 +65,20 @@ def test_other_ends_stay_on_the_engine():
     assert tail_of(pinned) is None  # annotations (resources, workers) are the engine's to honour
     wide = da.ones((50_000, 40), chunks=(50_000, 1)).sum(axis=1)  # one 400 KB result from 40 partials of 400 KB
     assert wide.npartitions == 1 and 40 * wide.nbytes > MAX_BYTES and tail_of(wide) is None
+    assert 40 * 8 * wide.nbytes > LOCAL_MAX_BYTES and tail_of(wide, LOCAL_MAX_BYTES) is None  # partials may be 8x the result
+
+
+def test_the_bound_is_the_engines_by_where_its_workers_are():
+    assert tails_bound(Capabilities(local_memory=True)) == LOCAL_MAX_BYTES
+    assert tails_bound(Capabilities(local_memory=False)) == MAX_BYTES  # over a network
+
+
+def test_more_partials_come_from_workers_of_this_machine():
+    """A sum along an axis: 64 partials of 16 KiB, each taken as up to 8x that (a var's are 3 arrays)."""
+    rows = da.ones((64 * 8, 2048), chunks=(8, 2048)).sum(axis=0)
+    assert 64 * 8 * rows.nbytes > MAX_BYTES and tail_of(rows) is None
+    end = tail_of(rows, LOCAL_MAX_BYTES)
+    assert end is not None and [len(list(i.__dask_keys__())) for i in end.inputs] == [64]
 
 
 def _same(a, b):
@@ -77,9 +92,9 @@ def test_the_result_is_the_engines_own_bit_for_bit(s):
         with here.watched(lambda done: ran.extend(done)):
             mine = s.compute(make())
         assert any(n.endswith("-aggregate") for n in ran), name  # the combine did run in this process
-        assert _same(mine, running_of(s).compute([make()], tails=False)[0]), name
+        assert _same(mine, running_of(s).compute([make()], tails=0)[0]), name
     asked = (x.sum(), x + 1, m.mean(axis=1), few.max())  # combines and an array that is not one, in one compute
-    together, alone = s.compute(*asked), running_of(s).compute(list(asked), tails=False)
+    together, alone = s.compute(*asked), running_of(s).compute(list(asked), tails=0)
     assert all(_same(a, b) for a, b in zip(together, alone, strict=True))
     assert tail_of(s.persist(x.sum())) is None  # a persisted result: its future is gathered as it is
     assert x.sum().compute() == together[0]  # a plain .compute() inside the session takes the same path
@@ -103,11 +118,23 @@ def test_every_level_of_a_tree_of_combines_runs_here(s):
     tree = (deep * deep).sum(split_every=4)
     with collect(s) as record:
         mine = s.compute(tree)
-    assert mine == running_of(s).compute([tree], tails=False)[0]
+    assert mine == running_of(s).compute([tree], tails=0)[0]
     assert record.ran_here["sum-partial"][0] == 20 and record.ran_here["sum-aggregate"][0] == 1
     assert record.tasks and not {"sum-partial", "sum-aggregate"} & {t.group for t in record.tasks}  # the engine: the chunks
     end = tail_of(tree)
     assert end is not None and [len(list(i.__dask_keys__())) for i in end.inputs] == [64]  # only the chunks' sums come back
+
+
+def test_partials_of_an_axis_come_here_from_workers_of_this_machine(s):
+    rows = da.arange(64 * 8 * 2048, chunks=8 * 2048, dtype="float64").reshape(64 * 8, 2048).rechunk((8, 2048))
+    with collect(s) as record:
+        mine = s.compute(rows.sum(axis=0))  # 64 partials of 16 KiB: taken as 8 MiB, over the 1 MiB of a remote cluster
+    assert _same(mine, running_of(s).compute([rows.sum(axis=0)], tails=0)[0])
+    assert record.ran_here["sum-partial"][0] == 20 and record.ran_here["sum-aggregate"][0] == 1
+    assert not {"sum-partial", "sum-aggregate"} & {t.group for t in record.tasks}
+    with collect(s) as record:
+        plain = rows.sum(axis=0).compute()  # a plain .compute() in the session: the same bound
+    assert _same(plain, mine) and record.ran_here["sum-aggregate"][0] == 1
 
 
 def aggregate_on_a_worker(parts, axis, keepdims):

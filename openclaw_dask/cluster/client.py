@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from openclaw_dask.cluster.network import dashboard_on
 from openclaw_dask.cluster.running import Progress, Recorder, RunningCluster, signals_deferred
 from openclaw_dask.cluster.shared_results import SharedResults
+from openclaw_dask.cluster.tails import tails_bound
 
 if TYPE_CHECKING:
     from distributed import Client, Scheduler
@@ -88,12 +89,12 @@ class DistributedCluster(RunningCluster):
         from openclaw_dask.cluster.compute import fresh_get
 
         # x.compute() computes anew too, and a run stuck on paused workers ends as compute()'s does
-        return {"scheduler": fresh_get(self._client, self.stall_watch, self.results)}
+        return {"scheduler": fresh_get(self._client, self.stall_watch, self.results, tails_bound(self.backend.capabilities))}
 
     def compute(self, collections: list[Any], **kwargs: Any) -> tuple[Any, ...]:
         from openclaw_dask.cluster.compute import compute
 
-        kwargs.setdefault("retries", self.config.fault_tolerance.retries)
+        kwargs = {"retries": self.config.fault_tolerance.retries, "tails": tails_bound(self.backend.capabilities), **kwargs}
         with run_errors(self):
             return compute(self._client, collections, watch=self.stall_watch, shared=self.results, **kwargs)
 

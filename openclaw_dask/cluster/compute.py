@@ -27,7 +27,7 @@ buffer (:mod:`~openclaw_dask.cluster.shared_results`). :func:`fresh_get` does th
 
 A reduction's combines. The chunks' partials come back and dask's combines of them run here, every
 level of the tree (:mod:`~openclaw_dask.cluster.tails`): one scheduling round and one transfer between
-workers fewer a level.
+workers fewer a level. Up to 64 MiB of partials come from workers of this machine, 1 MiB over a network.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from openclaw_dask.cluster.here import tell
 from openclaw_dask.cluster.pulled import let_go, read_blocks
-from openclaw_dask.cluster.tails import Tail, tail_of
+from openclaw_dask.cluster.tails import MAX_BYTES, Tail, tail_of
 
 if TYPE_CHECKING:
     from openclaw_dask.cluster.shared_results import SharedResults
@@ -58,14 +58,15 @@ _GET_KEYWORDS = frozenset({"optimize_graph", "retries", "workers", "allow_other_
 
 
 def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, shared: SharedResults | None = None,
-            tails: bool = True, **kwargs: Any) -> tuple[Any, ...]:
+            tails: int = MAX_BYTES, **kwargs: Any) -> tuple[Any, ...]:
     """The results of ``collections`` computed on ``client``, in order, each computed anew.
 
     ``watch(futures)`` is entered around the wait for them (the session's stall watch,
     :mod:`~openclaw_dask.cluster.stall`). With ``shared`` (workers on this machine), large
     arrays reach the client's memory without the comm: read out of the workers, or written by them
     (:mod:`~openclaw_dask.cluster.pulled`, :mod:`~openclaw_dask.cluster.shared_results`).
-    A reduction's combines run here (:mod:`~openclaw_dask.cluster.tails`) unless ``tails`` is false.
+    A reduction's combines run here (:mod:`~openclaw_dask.cluster.tails`) on at most ``tails`` bytes of its partials
+    (0: never).
     """
     import dask.array as da
 
@@ -78,7 +79,7 @@ def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, s
     taken = sum(a.nbytes for a, buf in zip(collections, lent, strict=True) if buf is not None)
     held = uuid.uuid4().hex if shared is not None and any(lent) and shared.reads(taken) else None  # its blocks' id
     written = [array if buf is None else _taken(array, buf.path, held) for array, buf in zip(collections, lent, strict=True)]
-    ends = [tail_of(a) if tails and buf is None else None for a, buf in zip(collections, lent, strict=True)]
+    ends = [tail_of(a, tails) if tails and buf is None else None for a, buf in zip(collections, lent, strict=True)]
     sent = [x for array, end in zip(written, ends, strict=True) for x in ((array,) if end is None else end.inputs)]
     at = {id(x): i for i, x in enumerate(sent)}  # by identity: == of dask arrays is element-wise
     reads = {at[id(x)]: (buf, array) for x, buf, array in zip(written, lent, collections, strict=True) if buf is not None and held}
@@ -138,7 +139,7 @@ def _ended(client: Any, end: Tail, parts: list[Any], **kwargs: Any) -> Any:
     try:
         result, here = end.run(parts)
     except Exception:  # noqa: BLE001 - the engine's own run reports it
-        return compute(client, [end.array], tails=False, **kwargs)[0]
+        return compute(client, [end.array], tails=0, **kwargs)[0]
     tell(here)
     return result
 
@@ -177,19 +178,20 @@ def _taken(array: Any, path: str, held: str | None) -> Any:
     return array.map_blocks(write_block, path, array.shape, dtype=np.int8, chunks=receipts)
 
 
-def fresh_get(client: Any, watch: Watch = _unwatched, shared: SharedResults | None = None) -> Callable[..., Any]:
+def fresh_get(client: Any, watch: Watch = _unwatched, shared: SharedResults | None = None,
+              tails: int = MAX_BYTES) -> Callable[..., Any]:
     """A dask ``scheduler=`` callable that runs graphs on ``client`` as :func:`compute` does (never a kept result).
 
     It has the client's ``persist``, which ``dask.persist`` looks for, so persisted data stays on
     the workers. Pickled (dask's configuration goes to every worker process a nanny starts), it
     becomes ``"dask.distributed"``: that process's own default client, as without openclaw.
     """
-    return _FreshGet(client, watch, shared)
+    return _FreshGet(client, watch, shared, tails)
 
 
 class _FreshGet:
-    def __init__(self, client: Any, watch: Watch, shared: SharedResults | None) -> None:
-        self.client, self.watch, self.shared = client, watch, shared
+    def __init__(self, client: Any, watch: Watch, shared: SharedResults | None, tails: int) -> None:
+        self.client, self.watch, self.shared, self.tails = client, watch, shared, tails
 
     def __call__(self, dsk: Any, keys: Any, **kwargs: Any) -> Any:
         from distributed.worker import thread_state
@@ -199,7 +201,7 @@ class _FreshGet:
         kwargs.pop("sync", None)
         array = _one_array(dsk, keys)
         if array is not None:  # as Session.compute: its chunks come here once, or are written here
-            return list(compute(self.client, [array], watch=self.watch, shared=self.shared, **kwargs))
+            return list(compute(self.client, [array], watch=self.watch, shared=self.shared, tails=self.tails, **kwargs))
         return _gathered(self.client, self.client.get(dsk, keys, sync=False, **kwargs), self.watch)
 
     def persist(self, *args: Any, **kwargs: Any) -> Any:

@@ -14,8 +14,8 @@ What moves: dask's own aggregate of a NumPy reduction (its layer named ``<reduct
 and the levels of combines below it, and dask's element-wise operations on such results (``x.std()`` is ``sqrt`` of ``var``'s aggregate,
 ``x.sum() / n`` a ``truediv``: NumPy's, ``operator``'s or dask's own functions, not a user's
 ``map_blocks``), with no annotations (no pinned workers or resources), the aggregate and each
-element-wise step one task, reading at most :data:`MAX_BYTES` of partials, known from the layers'
-shapes before anything runs.
+element-wise step one task, reading at most :data:`MAX_BYTES` of partials (:data:`LOCAL_MAX_BYTES` from
+workers on this machine), known from the layers' shapes before anything runs.
 The tasks are the same functions on the same inputs, so the result is the same.
 What ran here is told to the profiler (:mod:`openclaw_dask.cluster.here`).
 """
@@ -28,9 +28,18 @@ from typing import Any
 
 from openclaw_dask.cluster.here import Ran, add
 
-__all__ = ["MAX_BYTES", "Tail", "tail_of"]
+__all__ = ["LOCAL_MAX_BYTES", "MAX_BYTES", "Tail", "tail_of", "tails_bound"]
 
-MAX_BYTES = 2**20  # partials at most this big come to the client: ~0.5 ms on loopback, under one task's round trip
+MAX_BYTES = 2**20  # partials at most this big come to the client over a network: under one task's round trip
+# From workers of this machine, gathering beat the engine's own levels of combines from 256 KiB to 64 MiB of partials
+# (2-d sums along an axis, worker processes and in-process workers; docs/benchmarks.md); this bounds what the client holds.
+LOCAL_MAX_BYTES = 64 * 2**20
+
+
+def tails_bound(capabilities: Any) -> int:
+    """The bytes of partials a reduction's combines may gather from an engine's workers (a backend's
+    :class:`~openclaw_dask.cluster.base.Capabilities`): more where they are on this machine."""
+    return LOCAL_MAX_BYTES if capabilities.local_memory else MAX_BYTES
 PARTIAL_SIZE = 8  # a partial is at most this many times the result's bytes (mean's: 2 arrays; a 4th moment's: 5)
 
 
@@ -64,23 +73,24 @@ def _nested(keys: Any, value: Any) -> Any:
     return [_nested(k, value) for k in keys] if isinstance(keys, list) else value
 
 
-def tail_of(array: Any) -> Tail | None:
-    """``array``'s last tasks, when they may run here (see the module's docstring); else ``None``."""
+def tail_of(array: Any, max_bytes: int = MAX_BYTES) -> Tail | None:
+    """``array``'s last tasks, when they may run here reading at most ``max_bytes`` of partials (see the
+    module's docstring); else ``None``."""
     import numpy as np
     from dask.highlevelgraph import HighLevelGraph
 
     graph = array.__dask_graph__()
     if (not isinstance(graph, HighLevelGraph) or array.npartitions != 1 or type(array._meta) is not np.ndarray
-            or array.dtype.hasobject or array.nbytes > MAX_BYTES):
+            or array.dtype.hasobject or array.nbytes > max_bytes):
         return None
     tasks: dict[Any, Any] = {}
     inputs: dict[str, Any] = {}
-    if not _take(graph, array.name, tasks, inputs):
+    if not _take(graph, array.name, max_bytes, tasks, inputs):
         return None
     return Tail(array, tuple(tasks.values()), tuple(inputs.values()))
 
 
-def _take(graph: Any, name: str, tasks: dict[Any, Any], inputs: dict[str, Any]) -> bool:
+def _take(graph: Any, name: str, max_bytes: int, tasks: dict[Any, Any], inputs: dict[str, Any]) -> bool:
     """Add layer ``name``'s one task to ``tasks`` (after those it reads) and the arrays it reads to ``inputs``,
     when it is dask's combine of a reduction or an element-wise step on such combines."""
     from dask.blockwise import Blockwise
@@ -91,16 +101,16 @@ def _take(graph: Any, name: str, tasks: dict[Any, Any], inputs: dict[str, Any]) 
     if layer.annotations or not (combine or isinstance(layer, Blockwise)):
         return False  # decided before any key is listed: most one-chunk results are neither
     if combine:
-        return _combined(graph, name, max(_nbytes(layer), 8), tasks, inputs)
+        return _combined(graph, name, max(_nbytes(layer), 8), max_bytes, tasks, inputs)
     names = sorted(graph.dependencies.get(name, ()))
     task = _one_task(layer, set().union(*(graph.layers[d].get_output_keys() for d in names)))
-    if task is None or not _elementwise(task) or not all(_take(graph, d, tasks, inputs) for d in names):
+    if task is None or not _elementwise(task) or not all(_take(graph, d, max_bytes, tasks, inputs) for d in names):
         return False
     tasks[task.key] = task
     return True
 
 
-def _combined(graph: Any, name: str, nbytes: int, tasks: dict[Any, Any], inputs: dict[str, Any]) -> bool:
+def _combined(graph: Any, name: str, nbytes: float, max_bytes: int, tasks: dict[Any, Any], inputs: dict[str, Any]) -> bool:
     """Add combine layer ``name``'s tasks to ``tasks``, after those of the combine layers below it (dask's
     ``<reduction>-partial`` levels of a tree), and the arrays of partials they start from to ``inputs``:
     each level run here is one scheduling round and one transfer between workers fewer.
@@ -119,9 +129,9 @@ def _combined(graph: Any, name: str, nbytes: int, tasks: dict[Any, Any], inputs:
         return False  # a persisted future, or a level that reads only part of the one below
     for d in names:
         if key_split(d).endswith("-partial") and not graph.layers[d].annotations:
-            if not _combined(graph, d, nbytes, tasks, inputs):
+            if not _combined(graph, d, nbytes, max_bytes, tasks, inputs):
                 return False
-        elif len(reads[d]) * PARTIAL_SIZE * nbytes > MAX_BYTES or (found := _input(graph, d, reads[d])) is None:
+        elif len(reads[d]) * PARTIAL_SIZE * nbytes > max_bytes or (found := _input(graph, d, reads[d])) is None:
             return False
         else:
             inputs[d] = found
@@ -151,14 +161,14 @@ def _elementwise(task: Any) -> bool:
     return plain and module.split(".")[0] in ("numpy", "operator", "_operator", "dask")
 
 
-def _nbytes(layer: Any) -> int:
-    """The bytes of the array a layer makes, by its annotations (:data:`MAX_BYTES` if they do not say)."""
+def _nbytes(layer: Any) -> float:
+    """The bytes of the array a layer makes, by its annotations (infinite if they do not say)."""
     import math
 
     known = getattr(layer, "collection_annotations", None) or {}
     shape, dtype = known.get("shape"), known.get("dtype")
     if shape is None or dtype is None or any(math.isnan(n) for n in shape):
-        return MAX_BYTES  # unknown: taken as too big
+        return math.inf  # unknown: taken as too big
     return int(math.prod(shape)) * int(dtype.itemsize)
 
 
