@@ -34,12 +34,6 @@ MAX_BYTES = 2**20  # partials at most this big come to the client over a network
 # From workers of this machine, gathering beat the engine's own levels of combines from 256 KiB to 64 MiB of partials
 # (2-d sums along an axis, worker processes and in-process workers; docs/benchmarks.md); this bounds what the client holds.
 LOCAL_MAX_BYTES = 64 * 2**20
-
-
-def tails_bound(capabilities: Any) -> int:
-    """The bytes of partials a reduction's combines may gather from an engine's workers (a backend's
-    :class:`~openclaw_dask.cluster.base.Capabilities`): more where they are on this machine."""
-    return LOCAL_MAX_BYTES if capabilities.local_memory else MAX_BYTES
 PARTIAL_SIZE = 8  # a partial is at most this many times the result's bytes (mean's: 2 arrays; a 4th moment's: 5)
 
 
@@ -71,6 +65,12 @@ class Tail:
 def _nested(keys: Any, value: Any) -> Any:
     """``keys``' nesting of lists (one key: the array has one chunk) with ``value`` in place of the key."""
     return [_nested(k, value) for k in keys] if isinstance(keys, list) else value
+
+
+def tails_bound(capabilities: Any) -> int:
+    """The bytes of partials a reduction's combines may gather from an engine's workers (a backend's
+    :class:`~openclaw_dask.cluster.base.Capabilities`): more where they are on this machine."""
+    return LOCAL_MAX_BYTES if capabilities.local_memory else MAX_BYTES
 
 
 def tail_of(array: Any, max_bytes: int = MAX_BYTES) -> Tail | None:
