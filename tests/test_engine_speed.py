@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from types import SimpleNamespace
 
 import dask
 import dask.array
@@ -13,7 +14,7 @@ import pytest
 from openclaw_dask import Session, load_config
 from openclaw_dask.cluster import running_of
 from openclaw_dask.cluster.heap import KEEP_IDLE_S, KEEP_MIN, WORKER_ARENA, trim_point, tuned_by_user
-from openclaw_dask.cluster.plugins import WorkerHeap
+from openclaw_dask.cluster.plugins import HeapKeeper, WorkerHeap
 from openclaw_dask.dataflow import pipeline
 from openclaw_dask.dataflow.pipeline import MAX_GROUP, group_size
 from openclaw_dask.dataflow.small_tasks import MIN_GROUP, batch_small_tasks
@@ -291,12 +292,13 @@ def _freed(nbytes):
     from distributed import get_worker
 
     keeper = get_worker().plugins[WorkerHeap.name].keeper
+    trims = keeper.trims
     np.ones(nbytes // 8).sum()
     held = keeper.free()
     again = np.ones(nbytes // 8)
     taken = keeper.free()
     del again
-    return held, taken
+    return held, taken, keeper.trims - trims
 
 
 def _held(dask_worker):
@@ -340,14 +342,41 @@ def test_a_worker_reuses_freed_chunks_and_gives_them_back_once_idle_or_short_of_
     size = 64 * 2**20
     with start({**ENGINES["process"], "parallel.workers": 1}) as s:
         assert set(s.client.run(os.environ.get, "MALLOC_ARENA_MAX").values()) == {WORKER_ARENA["MALLOC_ARENA_MAX"]}
-        held, again = s.client.submit(_freed, size, pure=False).result()
-        assert held >= size and again < size  # kept, then taken again
+        held, again, trims = s.client.submit(_freed, size, pure=False).result()
+        assert held >= size and again < size, f"{trims} trim(s) while the task ran"  # kept, then taken again
         deadline = time.monotonic() + KEEP_IDLE_S + 10
         while max(s.client.run(_held).values()) >= KEEP_MIN:
             assert time.monotonic() < deadline, "an idle worker kept its freed blocks"
             time.sleep(0.1)
         held, after, took = s.client.submit(_trimmed_while_busy, size, pure=False).result()
         assert held >= size and after < KEEP_MIN and took < KEEP_IDLE_S  # while its task ran: not the idle rule
+
+
+class _Libc:
+    """glibc's calls a keeper makes, counted: ``free`` bytes in the heap, none given back by a trim (as at its top)."""
+
+    def __init__(self):
+        self.free, self.trims = 0, 0
+        self.mallinfo2 = lambda: SimpleNamespace(fordblks=self.free)
+
+    def malloc_trim(self, pad):
+        self.trims += 1
+        self.free = 0
+
+
+def test_a_task_that_ran_between_two_looks_counts_as_busy():
+    """The keeper looks every memory-monitor interval: a short task after a long idle time ran between two looks.
+    Its freed blocks are kept for KEEP_IDLE_S all the same (they were given back at the next look)."""
+    state = SimpleNamespace(executing_count=0, in_flight_tasks=set(), executed_count=0)
+    libc = _Libc()
+    keeper = HeapKeeper(SimpleNamespace(state=state), libc, None)
+    keeper.busy_at -= 2 * KEEP_IDLE_S  # idle for long
+    libc.free, state.executed_count = 64 * 2**20, 1  # a task ran and freed a block since the last look
+    keeper.tend()
+    assert libc.trims == 1 and keeper.free() == 64 * 2**20  # only the first trim, as the keeper started
+    keeper.busy_at -= 2 * KEEP_IDLE_S
+    keeper.tend()
+    assert libc.trims == 2 and keeper.free() == 0  # idle since: given back
 
 
 def _churn(nbytes):

@@ -189,8 +189,8 @@ class HeapKeeper:
 
     def __init__(self, worker: Worker, libc: Any, point: int | None) -> None:
         self.worker, self.libc, self.point = worker, libc, point
-        self.busy_at = time.monotonic()
-        self.floor = 0
+        self.busy_at, self.executed = time.monotonic(), worker.state.executed_count
+        self.floor = self.trims = 0
         self.trim()
 
     def free(self, worker: Worker | None = None) -> int:
@@ -201,12 +201,13 @@ class HeapKeeper:
 
     def trim(self) -> None:
         self.libc.malloc_trim(0)
-        self.floor = heap_free(self.libc) or 0
+        self.floor, self.trims = heap_free(self.libc) or 0, self.trims + 1
 
     def tend(self) -> None:
         state, now = self.worker.state, time.monotonic()
-        if state.executing_count or state.in_flight_tasks:
-            self.busy_at = now
+        # busy now, or since the last look: a task that ran between two looks counts too (else its blocks went at once)
+        if state.executing_count or state.in_flight_tasks or state.executed_count != self.executed:
+            self.busy_at, self.executed = now, state.executed_count
         if self.free() < KEEP_MIN:
             return
         idle = now - self.busy_at >= KEEP_IDLE_S
