@@ -351,11 +351,11 @@ def test_a_worker_reuses_freed_chunks_and_gives_them_back_once_idle_or_short_of_
             assert time.monotonic() < deadline, "an idle worker kept its freed blocks"
             time.sleep(0.1)
         held, after, took = s.client.submit(_trimmed_while_busy, size, pure=False).result()
-        assert held >= size and after < KEEP_MIN and took < KEEP_IDLE_S  # while its task ran: not the idle rule
+        assert held >= size - KEEP_MIN and after < KEEP_MIN and took < KEEP_IDLE_S  # while its task ran: not the idle rule
 
 
 class _Libc:
-    """glibc's calls a keeper makes, counted: ``free`` bytes in the heap, none given back by a trim (as at its top)."""
+    """glibc's calls a keeper makes: ``free`` bytes in the heap, and trims, each giving all of them back (as at its top)."""
 
     def __init__(self):
         self.free, self.trims = 0, 0
