@@ -43,8 +43,7 @@ class DistributedCluster(RunningCluster):
         The object openclaw started (a ``LocalCluster``, an ``MpiJob``), or ``None`` when
         someone else owns the cluster.
     shuts_down
-        Closing shuts the scheduler and its workers down through the client first
-        (MPI ranks leave once their scheduler is gone).
+        Closing shuts the scheduler and its workers down through the client first (MPI ranks leave once it is gone).
     watch
         ``watch(wait)`` says why the cluster ended under a running session, or ``None``.
     """
@@ -59,6 +58,7 @@ class DistributedCluster(RunningCluster):
         self._client, self.cluster, self.shuts_down, self._watch = client, cluster, shuts_down, watch
         self.heap_reuse = not backend.capabilities.in_process  # results reuse freed blocks; a worker here would not (heap.py)
         self.results = SharedResults.for_workers(backend.capabilities)
+        self.computing: dict[str, Any] = {"tails": tails_bound(backend.capabilities), "unalias": self.scheduler is not None}
         latency.prompt(client, self.scheduler)  # a compute waits on work, not on message-batching deadlines
         quiet.install()  # a run stopped under distributed logs its teardown: not the user's news
         code_names.install()  # a failing task's traceback names the user's file, not <dynamic-code>
@@ -89,12 +89,12 @@ class DistributedCluster(RunningCluster):
         from openclaw_dask.cluster.compute import fresh_get
 
         # x.compute() computes anew too, and a run stuck on paused workers ends as compute()'s does
-        return {"scheduler": fresh_get(self._client, self.stall_watch, self.results, tails_bound(self.backend.capabilities))}
+        return {"scheduler": fresh_get(self._client, self.stall_watch, self.results, **self.computing)}
 
     def compute(self, collections: list[Any], **kwargs: Any) -> tuple[Any, ...]:
         from openclaw_dask.cluster.compute import compute
 
-        kwargs = {"retries": self.config.fault_tolerance.retries, "tails": tails_bound(self.backend.capabilities), **kwargs}
+        kwargs = {"retries": self.config.fault_tolerance.retries, **self.computing, **kwargs}
         with run_errors(self):
             return compute(self._client, collections, watch=self.stall_watch, shared=self.results, **kwargs)
 
