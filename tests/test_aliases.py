@@ -16,9 +16,11 @@ from distributed import get_task_stream, wait
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import openclaw_dask
 from openclaw_dask import Session, load_config
 from openclaw_dask.cluster import running_of
 from openclaw_dask.cluster.aliases import unaliased
+from tests.conftest import dask_deployment
 
 ENGINES = {
     "process": {"parallel.backend": "process", "parallel.workers": 2},
@@ -122,6 +124,7 @@ def ran(s, compute, what="key"):
 
 
 def test_no_alias_runs_as_a_task_on_the_engine(s):
+    assert running_of(s).computing["unalias"]  # its scheduler runs in this process
     x = persisted(s, base)
     y = OPS["map_overlap, nearest"](x)
     graph, keys = graph_of(y)
@@ -158,3 +161,42 @@ def test_annotations_still_reach_the_scheduler(s):
             (result,) = dask.compute(total)
         assert result == OPS["map_overlap, nearest"](base).sum().compute(scheduler="sync")
         assert {t["worker"] for t in stream.data if t["key"] == total.key} == {worker}
+
+
+def remote(address):
+    return openclaw_dask.session(backend="remote", scheduler_address=address, workers=2, timeout="30s")
+
+
+def test_a_scheduler_of_its_own_with_this_openclaw_resolves_them(dask_scheduler):
+    address, add_worker = dask_scheduler
+    add_worker()
+    add_worker()
+    with remote(address) as s:
+        test_no_alias_runs_as_a_task_on_the_engine(s)
+
+
+# a scheduler's preload that makes openclaw unimportable there: a scheduler someone else installed without it
+WITHOUT_OPENCLAW = """
+import sys
+
+class NoOpenclaw:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "openclaw_dask":
+            raise ImportError(f"no {name} on this scheduler")
+
+sys.meta_path.insert(0, NoOpenclaw())
+"""
+
+
+def test_a_scheduler_without_openclaw_gets_the_graph_as_it_is(tmp_path):
+    preload = tmp_path / "without_openclaw.py"
+    preload.write_text(WITHOUT_OPENCLAW)
+    with dask_deployment(tmp_path, ["--preload", str(preload)]) as (address, add_worker):
+        add_worker()
+        add_worker()
+        with remote(address) as s:
+            assert not running_of(s).computing["unalias"]
+            y = OPS["map_overlap, nearest"](persisted(s, base))
+            result, keys_run = ran(s, lambda: s.compute(y))
+            np.testing.assert_array_equal(result, OPS["map_overlap, nearest"](base).compute(scheduler="sync"))
+            assert keys_run & aliases(graph_of(y)[0]), "its aliases ran as tasks, as distributed runs them"

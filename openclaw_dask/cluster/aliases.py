@@ -12,8 +12,10 @@ the alias. An alias that is itself a result asked for stays (the client asks for
 task it names keeps its own key, so the profiler still reports the user's function by name).
 Results are the same: an alias returns its target's value unchanged. :func:`without_aliases`
 wraps a graph's expression so that the scheduler resolves them as it materializes the graph,
-in its own thread, at no cost to the client; its class must be importable there, so
-:mod:`~openclaw_dask.cluster.compute` uses it only where the scheduler runs in this process.
+in its own thread, at no cost to the client. Its class must be importable there: a scheduler
+that cannot read it fails the whole graph. So :mod:`~openclaw_dask.cluster.compute` wraps only
+for a scheduler that :func:`resolved_by` says can: one in this process, or one that answers, once
+per session, with this module's :data:`FORMAT` (an openclaw without it, or none, cannot answer).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from dask._expr import Expr
 if TYPE_CHECKING:
     from dask.typing import Key
 
-__all__ = ["unaliased", "without_aliases"]
+__all__ = ["FORMAT", "resolved_by", "unaliased", "without_aliases"]
+
+FORMAT = 1  # of what Unaliased sends: a scheduler whose openclaw answers another number cannot read it
 
 
 def unaliased(graph: Mapping[Key, Any], keys: Iterable[Key]) -> dict[Key, Any]:
@@ -58,6 +62,21 @@ def _final(graph: Mapping[Key, Any], key: Key) -> Key:
         seen.add(key)
         key = graph[key].target
     return key
+
+
+def resolved_by(client: Any, scheduler: Any) -> bool:
+    """Whether ``client``'s scheduler resolves aliases (:class:`Unaliased`): ``scheduler`` is it, in this
+    process, or it answers with this :data:`FORMAT` (asked once, at a session's start)."""
+    if scheduler is not None:
+        return True
+    try:
+        return bool(client.run_on_scheduler(_format) == FORMAT)
+    except Exception:  # noqa: BLE001 - no openclaw there, or none of this module: the graph goes as it is
+        return False
+
+
+def _format() -> int:  # sent by reference: the scheduler imports this module to run it
+    return FORMAT
 
 
 def without_aliases(expr: Any, keys: Iterable[Key]) -> Expr:

@@ -29,9 +29,10 @@ A reduction's combines. The chunks' partials come back and dask's combines of th
 level of the tree (:mod:`~openclaw_dask.cluster.tails`): one scheduling round and one transfer between
 workers fewer a level. Up to 64 MiB of partials come from workers of this machine, 1 MiB over a network.
 
-Aliases. Where the scheduler runs in this process, the graph goes to it wrapped so that it resolves
-dask's aliases as it materializes the graph (:mod:`~openclaw_dask.cluster.aliases`): no alias runs as
-a task (a 2-chunk ``map_overlap`` had 20 in 46 tasks, up to 3 scheduling rounds before its function started).
+Aliases. Where the scheduler can (it runs in this process, or its openclaw says it reads them), the graph
+goes to it wrapped so that it resolves dask's aliases as it materializes the graph
+(:mod:`~openclaw_dask.cluster.aliases`): no alias runs as a task (a 2-chunk ``map_overlap`` had 20 in
+46 tasks, up to 3 scheduling rounds before its function started).
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, s
     arrays reach the client's memory without the comm: read out of the workers, or written by them
     (:mod:`~openclaw_dask.cluster.pulled`, :mod:`~openclaw_dask.cluster.shared_results`).
     A reduction's combines run here (:mod:`~openclaw_dask.cluster.tails`) on at most ``tails`` bytes of its partials
-    (0: never). ``unalias`` (the scheduler runs in this process): the graph's aliases are resolved as the scheduler
-    materializes it (:mod:`~openclaw_dask.cluster.aliases`).
+    (0: never). ``unalias`` (a scheduler that can, :func:`~openclaw_dask.cluster.aliases.resolved_by`): the graph's
+    aliases are resolved as the scheduler materializes it (:mod:`~openclaw_dask.cluster.aliases`).
     """
     import dask.array as da
 
