@@ -104,6 +104,25 @@ def test_old_style_graphs_are_converted_first():
     assert set(out) == {"x", "w"} and get_sync(out, "w") == 2
 
 
+def test_only_an_expression_that_culls_itself_is_wrapped():
+    """The scheduler culls a plain graph (a dict, an ``LLGExpr``) itself, and only those: they go as they are."""
+    from dask._expr import LLGExpr
+
+    from openclaw_dask.cluster.aliases import Unaliased
+    from openclaw_dask.cluster.compute import _get
+
+    class Sent:  # what Client.get was handed
+        def get(self, expr, keys, **kwargs):
+            return expr
+
+    expr = collections_to_expr([OPS["strided slice"](base)]).optimize()
+    plain = {"x": DataNode("x", 1)}
+    assert isinstance(_get(Sent(), expr, expr.__dask_keys__(), True), Unaliased)
+    assert _get(Sent(), expr, expr.__dask_keys__(), False) is expr
+    assert _get(Sent(), plain, ["x"], True) is plain
+    assert isinstance(_get(Sent(), LLGExpr(plain), ["x"], True), LLGExpr)
+
+
 @pytest.fixture(params=list(ENGINES), scope="module")
 def s(request):
     with Session(load_config(None, ENGINES[request.param])).start() as session:

@@ -126,9 +126,10 @@ def _arrays_gathered(client: Any, arrays: list[Any], watch: Watch, kwargs: dict[
 
 def _get(client: Any, expr: Any, keys: Any, unalias: bool, **kwargs: Any) -> Any:
     """``client.get`` of ``expr`` without waiting; ``unalias``: its aliases resolved by the scheduler (cluster/aliases.py)."""
-    from dask._expr import Expr
+    from dask._expr import Expr, LLGExpr
 
-    if unalias and isinstance(expr, Expr):  # a plain dict graph goes as it is: the scheduler culls only those
+    # a plain graph (a dict, an LLGExpr) goes as it is: the scheduler culls those itself, and only those
+    if unalias and isinstance(expr, Expr) and not isinstance(expr, LLGExpr):
         from dask.core import flatten
 
         from openclaw_dask.cluster.aliases import without_aliases
