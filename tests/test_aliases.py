@@ -143,7 +143,7 @@ def ran(s, compute, what="key"):
 
 
 def test_no_alias_runs_as_a_task_on_the_engine(s):
-    assert running_of(s).computing["unalias"]  # its scheduler runs in this process
+    assert running_of(s).computing["unalias"]  # its scheduler resolves them: it runs here, or it answered
     x = persisted(s, base)
     y = OPS["map_overlap, nearest"](x)
     graph, keys = graph_of(y)
