@@ -415,8 +415,10 @@ def test_tasks_that_read_big_blocks_run_where_the_blocks_are():
               for i in range(4) for j in range(4)}                                                    # which they may copy
     reads = {f"read-{k}": Task(f"read-{k}", _rows, TaskRef("meta"), 0) for k in range(16)}
     graph = {**blocks, **rows, **marked, **reads, "meta": Task("meta", np.zeros, (4, 4))}
-    with start(ENGINES["process"]) as s:
+    # Placement, not stealing, is under test: a stolen split copies its block (seen once in CI)
+    with dask.config.set({"distributed.scheduler.work-stealing": False}), start(ENGINES["process"]) as s:
         scheduler = running_of(s).scheduler
+        assert "stealing" not in scheduler.extensions
         futures = dict(zip(graph, s.client.get(graph, list(graph), sync=False)))
         wait(list(futures.values()))
         tasks = scheduler.tasks
