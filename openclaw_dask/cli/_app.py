@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 import click
@@ -34,17 +34,25 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
 
     Python ignores (and prints) an exception raised in a ``__del__``, and distributed's
     futures release themselves in one: an interrupt that lands there would vanish and the
-    run would go on. It is delivered again a moment later instead. After the first, the
+    run would go on. One that lands in a future's ``__init__`` leaves it half made, and its
+    ``__del__`` then prints a traceback ("'Future' object has no attribute '_cleared'", seen
+    once in CI). Both are delivered again a moment later instead. After the first, the
     command is ending: a second Ctrl-C would break the session's unwinding half way (a cluster
     left to distributed's exit hooks, ~11 s and "Failed to remove" errors), so it is ignored.
     """
     while frame is not None:
-        if frame.f_code.co_name == "__del__":
+        if _not_now(frame.f_code):
             threading.Timer(0.05, _again).start()
             return
         frame = frame.f_back
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise KeyboardInterrupt
+
+
+def _not_now(code: CodeType) -> bool:
+    """Whether an interrupt raised in ``code`` would be lost or leave an object its finalizer fails on."""
+    futures = sys.modules.get("distributed.client")  # imported by every distributed engine; none otherwise
+    return code.co_name == "__del__" or (futures is not None and code is futures.Future.__init__.__code__)
 
 
 def _again() -> None:
