@@ -335,6 +335,22 @@ def test_profile_shows_projected_peak_and_names_a_graph_over_it(small):
     assert "above the" in verdict.summary and verdict.overrides == {}
 
 
+def test_a_peak_that_is_what_a_worker_held_as_the_run_began_is_not_the_run_s_own():
+    """The heap keeper gave a worker's freed blocks back between the run's start and its graph's projection:
+    tiny-tasks, which runs nothing on the workers, was said to have peaked 107 MiB above its projection."""
+    from openclaw_dask.diagnostics.collect import RunRecord, WorkerRecord
+
+    def verdicts(start):
+        record = RunRecord(backend="process", start=0.0, stop=1.0, graphs=1, projected_graphs=1)
+        record.workers["w"] = WorkerRecord("w", 1, 2**34, 188 * MiB, 0, 0, 0, start_memory=start)
+        record.projected["w"] = 81 * MiB
+        return [v for v in analyze(record).verdicts if v.kind == "memory-model"]
+
+    assert verdicts(188 * MiB) == []  # held before: the projection saw it given back
+    (over,) = verdicts(100 * MiB)  # grew past both: the run's own
+    assert over.evidence == {"worker": "w", "peak_memory": 188 * MiB, "projected_memory": 81 * MiB}
+
+
 # pipeline streams tasks it submits itself: it is projected once, after it ran, from its batches' measured sizes and
 # its in_flight bound (memory_model.project_stream). tiny-tasks is a delayed graph whose functions declare what they
 # return (memory_model.allocates(returns=...)).

@@ -72,6 +72,7 @@ class WorkerRecord:
     bytes_out: int
     spilled_bytes: int
     paused: bool = False
+    start_memory: int = 0  # its process memory as the run began (the peak is measured from there on)
 
 
 @dataclass(frozen=True)
@@ -257,6 +258,7 @@ def _worker_start(dask_worker: Any) -> dict[str, Any]:
         # a worker process of its own (a nanny's): in-process workers share their peak with the client's work
         "high_water": bool(getattr(dask_worker, "nanny", None)) and _reset_high_water(),
         "count": dask_worker.monitor.count,
+        "memory": dask_worker.monitor.proc.memory_info().rss,
         "out": dask_worker.transfer_outgoing_bytes_total,
         "spilled": _spilled(dask_worker),
     }
@@ -297,6 +299,7 @@ def _worker_end(dask_worker: Any, since: dict[str, dict[str, Any]], t0: float) -
         "nthreads": dask_worker.state.nthreads,
         "memory_limit": dask_worker.memory_manager.memory_limit or 0,
         "peak_memory": int(max(memory)),
+        "start_memory": int(mine.get("memory", 0)),
         "bytes_in": int(incoming),
         "bytes_out": int(dask_worker.transfer_outgoing_bytes_total - mine["out"]),
         "spilled_bytes": _spilled(dask_worker) - mine["spilled"],
