@@ -7,6 +7,7 @@ benchmark figures 7x the memory bandwidth. Tasks are counted here, not timed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import dask
@@ -31,18 +32,19 @@ def _sum_tasks(x) -> int:
 
 
 def _executions(s, run) -> int:
-    """Sum tasks run during ``run()``: the scheduler's task stream and the combines run in the client
-    (``cluster/tails.py``), or dask's callbacks locally."""
+    """Sum tasks run during ``run()``: the scheduler's task stream, the tasks sent straight to the workers
+    (``cluster/direct.py``) and the combines run in the client (``cluster/tails.py``), or dask's callbacks locally."""
     if s.engine.distributed:
         from distributed import get_task_stream
 
         from openclaw_dask.cluster import here
 
         ran_here: list[int] = []
-        with get_task_stream(s.client) as ts, here.watched(lambda ran: ran_here.extend(
+        sent: list[dict] = []
+        with get_task_stream(s.client) as ts, here.streamed(sent.extend), here.watched(lambda ran: ran_here.extend(
                 calls for name, (calls, _) in ran.items() if _is_sum(name))):
             run()
-        return sum(_is_sum(task["key"]) for task in ts.data) + sum(ran_here)
+        return sum(_is_sum(task["key"]) for task in [*ts.data, *sent]) + sum(ran_here)
     from dask.callbacks import Callback
 
     ran = []
@@ -139,25 +141,37 @@ def test_writes_from_worker_processes_lock_across_processes():
         assert isinstance(get_scheduler_lock(s.array((10,), fill="arange")), SerializableLock)
 
 
+@contextlib.contextmanager
+def _tasks_run(client):
+    """The task-stream records of the tasks run in the block: scheduled, or sent straight to the workers (cluster/direct.py)."""
+    from distributed import get_task_stream
+
+    from openclaw_dask.cluster import here
+
+    records: list[dict] = []
+    with get_task_stream(client) as ts, here.streamed(records.extend):
+        yield records
+    records.extend(ts.data)
+
+
 def test_a_plain_compute_of_one_array_joins_its_chunks_here_not_on_a_worker():
     # dask ends x.compute()'s graph with a task that joins the chunks on a worker: every chunk moved
     # there and the whole array on to the client (512 MiB: 353-376 ms, now 54-60; docs/benchmarks.md)
     import numpy as np
-    from distributed import get_task_stream
 
     with openclaw_dask.session(backend="process", workers=2) as s:
         x = s.persist(s.array((64, 48), "float64", fill="arange", chunks=(16, 24)))
         a = np.arange(64 * 48, dtype="float64").reshape(64, 48)
-        with get_task_stream(s.client) as ts:
+        with _tasks_run(s.client) as ts:
             got = [x.compute(), np.asarray(x), dask.compute(x)[0], x.T[3:40].compute(), x.sum().compute(), x[5, 7].compute()]
         for value, want in zip(got, [a, a, a, a.T[3:40], a.sum(), a[5, 7]], strict=True):
             np.testing.assert_array_equal(value, want)
-        assert not [t["key"] for t in ts.data if "finalize" in str(t["key"])]
+        assert not [t["key"] for t in ts if "finalize" in str(t["key"])]
         # a large one is read out of its workers (or written by them) straight into this process's memory, as Session.compute's
         big = s.persist(s.array((5 * 2**20,), "float64", fill="arange"))
-        with get_task_stream(s.client) as ts:
+        with _tasks_run(s.client) as ts:
             np.testing.assert_array_equal(big.compute(), np.arange(5 * 2**20, dtype="float64"))
-        names = {str(t["key"][0]).split("-")[0] for t in ts.data}
+        names = {str(t["key"][0]).split("-")[0] for t in ts}
         way = "hold_block" if s.running.results.pulled else "write_block"
         assert way in names and "finalize" not in names, names  # (and the one probe of the path's first use)
         # more than one collection, or another kind, keeps dask's own path

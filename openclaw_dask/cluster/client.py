@@ -58,7 +58,7 @@ class DistributedCluster(RunningCluster):
         self._client, self.cluster, self.shuts_down, self._watch = client, cluster, shuts_down, watch
         self.heap_reuse = not backend.capabilities.in_process  # results reuse freed blocks; a worker here would not (heap.py)
         self.results = SharedResults.for_workers(backend.capabilities)
-        self.computing = _computing(backend, client, self.scheduler)  # what compute() is told on this engine
+        self.computing = _computing(backend, config, client, self.scheduler)  # what compute() is told on this engine
         latency.prompt(client, self.scheduler)  # a compute waits on work, not on message-batching deadlines
         quiet.install()  # a run stopped under distributed logs its teardown: not the user's news
         code_names.install()  # a failing task's traceback names the user's file, not <dynamic-code>
@@ -184,12 +184,16 @@ class DistributedCluster(RunningCluster):
             _close(self)
 
 
-def _computing(backend: Backend, client: Client, scheduler: Scheduler | None) -> dict[str, Any]:
-    """:func:`~openclaw_dask.cluster.compute.compute`'s settings: the bound of a reduction's tail here, and whether the
-    scheduler resolves aliases (asked once; cluster/aliases.py)."""
+def _computing(backend: Backend, config: Config, client: Client, scheduler: Scheduler | None) -> dict[str, Any]:
+    """:func:`~openclaw_dask.cluster.compute.compute`'s settings: the bound of a reduction's tail here, whether the
+    scheduler resolves aliases (asked once; cluster/aliases.py), and whether computes over the workers' data may go
+    straight to them (a scheduler in this process, workers that run them: cluster/direct.py)."""
     from openclaw_dask.cluster.aliases import resolved_by
+    from openclaw_dask.cluster.direct import Direct, DirectRuns
 
-    return {"tails": tails_bound(backend.capabilities), "unalias": resolved_by(client, scheduler)}
+    runs = scheduler is not None and any(isinstance(p, DirectRuns) for p in backend.worker_plugins(config))
+    return {"tails": tails_bound(backend.capabilities), "unalias": resolved_by(client, scheduler),
+            "direct": Direct(client, scheduler) if runs and scheduler is not None else None}
 
 
 def _scattered(client: Client, x: Any, chunks: tuple[tuple[int, ...], ...]) -> Any:

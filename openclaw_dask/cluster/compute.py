@@ -47,6 +47,7 @@ from openclaw_dask.cluster.pulled import let_go, read_blocks
 from openclaw_dask.cluster.tails import MAX_BYTES, Tail, tail_of
 
 if TYPE_CHECKING:
+    from openclaw_dask.cluster.direct import Direct
     from openclaw_dask.cluster.shared_results import SharedResults
 
 __all__ = ["as_computed", "compute", "fresh_get"]
@@ -63,7 +64,7 @@ _GET_KEYWORDS = frozenset({"optimize_graph", "retries", "workers", "allow_other_
 
 
 def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, shared: SharedResults | None = None,
-            tails: int = MAX_BYTES, unalias: bool = False, **kwargs: Any) -> tuple[Any, ...]:
+            tails: int = MAX_BYTES, unalias: bool = False, direct: Direct | None = None, **kwargs: Any) -> tuple[Any, ...]:
     """The results of ``collections`` computed on ``client``, in order, each computed anew.
 
     ``watch(futures)`` is entered around the wait for them (the session's stall watch,
@@ -72,7 +73,8 @@ def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, s
     (:mod:`~openclaw_dask.cluster.pulled`, :mod:`~openclaw_dask.cluster.shared_results`).
     A reduction's combines run here (:mod:`~openclaw_dask.cluster.tails`) on at most ``tails`` bytes of its partials
     (0: never). ``unalias`` (a scheduler that can, :func:`~openclaw_dask.cluster.aliases.resolved_by`): the graph's
-    aliases are resolved as the scheduler materializes it (:mod:`~openclaw_dask.cluster.aliases`).
+    aliases are resolved as the scheduler materializes it (:mod:`~openclaw_dask.cluster.aliases`). ``direct``: a graph
+    whose tasks read only data on the workers runs on them without the scheduler (:mod:`~openclaw_dask.cluster.direct`).
     """
     import dask.array as da
 
@@ -90,7 +92,7 @@ def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, s
     at = {id(x): i for i, x in enumerate(sent)}  # by identity: == of dask arrays is element-wise
     reads = {at[id(x)]: (buf, array) for x, buf, array in zip(written, lent, collections, strict=True) if buf is not None and held}
     try:
-        chunks = iter(_read(reads, _arrays_gathered(client, sent, watch, kwargs, unalias)))
+        chunks = iter(_read(reads, _arrays_gathered(client, sent, watch, kwargs, unalias, direct)))
     except BaseException:
         if shared is not None:
             for unfinished in filter(None, lent):  # its tasks may still be writing: never lent again
@@ -106,7 +108,7 @@ def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, s
             results.append(_ended(client, end, parts, watch=watch, unalias=unalias, **kwargs))
         elif buf is not None and next(chunks) is False:  # a worker went before it was read: computed the ordinary way
             shared.discard(buf)  # type: ignore[union-attr]
-            results.append(compute(client, [array], watch=watch, tails=tails, unalias=unalias, **kwargs)[0])
+            results.append(compute(client, [array], watch=watch, tails=tails, unalias=unalias, direct=direct, **kwargs)[0])
         elif buf is not None:
             results.append(buf.array(array.shape, array.dtype))
         else:
@@ -115,13 +117,25 @@ def compute(client: Any, collections: list[Any], *, watch: Watch = _unwatched, s
     return tuple(results)
 
 
-def _arrays_gathered(client: Any, arrays: list[Any], watch: Watch, kwargs: dict[str, Any], unalias: bool) -> list[Any]:
-    """Each array's chunks (a nested list per array), computed on ``client`` in one graph."""
+def _arrays_gathered(client: Any, arrays: list[Any], watch: Watch, kwargs: dict[str, Any], unalias: bool,
+                     direct: Direct | None) -> list[Any]:
+    """Each array's chunks (a nested list per array), computed on ``client`` in one graph (on the workers holding
+    what it reads, where ``direct`` can)."""
     from dask.base import collections_to_expr
+    from dask.core import flatten
 
     kwargs = dict(kwargs)
     expr = collections_to_expr(arrays, kwargs.pop("optimize_graph", True)).optimize()
-    return list(_gathered(client, _get(client, expr, expr.__dask_keys__(), unalias, **kwargs), watch))
+    keys = expr.__dask_keys__()
+    values = None if direct is None else direct.results(arrays, expr, list(flatten(keys)), kwargs)
+    if values is not None:
+        return [_nested(k, values) for k in keys]
+    return list(_gathered(client, _get(client, expr, keys, unalias, **kwargs), watch))
+
+
+def _nested(keys: Any, values: dict[Any, Any]) -> Any:
+    """``keys`` (dask's nested lists of an array's keys) with each key's value in its place."""
+    return [_nested(k, values) for k in keys] if isinstance(keys, list) else values[keys]
 
 
 def _get(client: Any, expr: Any, keys: Any, unalias: bool, **kwargs: Any) -> Any:
@@ -199,19 +213,21 @@ def _taken(array: Any, path: str, held: str | None) -> Any:
 
 
 def fresh_get(client: Any, watch: Watch = _unwatched, shared: SharedResults | None = None,
-              tails: int = MAX_BYTES, unalias: bool = False) -> Callable[..., Any]:
+              tails: int = MAX_BYTES, unalias: bool = False, direct: Direct | None = None) -> Callable[..., Any]:
     """A dask ``scheduler=`` callable that runs graphs on ``client`` as :func:`compute` does (never a kept result).
 
     It has the client's ``persist``, which ``dask.persist`` looks for, so persisted data stays on
     the workers. Pickled (dask's configuration goes to every worker process a nanny starts), it
     becomes ``"dask.distributed"``: that process's own default client, as without openclaw.
     """
-    return _FreshGet(client, watch, shared, tails, unalias)
+    return _FreshGet(client, watch, shared, tails, unalias, direct)
 
 
 class _FreshGet:
-    def __init__(self, client: Any, watch: Watch, shared: SharedResults | None, tails: int, unalias: bool) -> None:
+    def __init__(self, client: Any, watch: Watch, shared: SharedResults | None, tails: int, unalias: bool,
+                 direct: Direct | None) -> None:
         self.client, self.watch, self.shared, self.tails, self.unalias = client, watch, shared, tails, unalias
+        self.direct = direct
 
     def __call__(self, dsk: Any, keys: Any, **kwargs: Any) -> Any:
         from distributed.worker import thread_state
@@ -222,7 +238,7 @@ class _FreshGet:
         array = _one_array(dsk, keys)
         if array is not None:  # as Session.compute: its chunks come here once, or are written here
             return list(compute(self.client, [array], watch=self.watch, shared=self.shared, tails=self.tails,
-                                unalias=self.unalias, **kwargs))
+                                unalias=self.unalias, direct=self.direct, **kwargs))
         return _gathered(self.client, _get(self.client, dsk, keys, self.unalias, **kwargs), self.watch)
 
     def persist(self, *args: Any, **kwargs: Any) -> Any:

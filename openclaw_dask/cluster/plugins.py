@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import NannyPlugin, WorkerPlugin
 
+from openclaw_dask.cluster.direct import activity
 from openclaw_dask.cluster.heap import (
     DISTRIBUTED_TRIM,
     KEEP_IDLE_S,
@@ -191,7 +192,7 @@ class HeapKeeper:
 
     def __init__(self, worker: Worker, libc: Any, point: int | None) -> None:
         self.worker, self.libc, self.point = worker, libc, point
-        self.busy_at, self.executed = time.monotonic(), worker.state.executed_count
+        self.busy_at, self.executed, self.direct = time.monotonic(), worker.state.executed_count, activity()[0]
         self.floor = self.trims = 0
         self.trim()
 
@@ -207,9 +208,12 @@ class HeapKeeper:
 
     def tend(self) -> None:
         state, now = self.worker.state, time.monotonic()
-        # busy now, or since the last look: a task that ran between two looks counts too (else its blocks went at once)
-        if state.executing_count or state.in_flight_tasks or state.executed_count != self.executed:
-            self.busy_at, self.executed = now, state.executed_count
+        # busy now, or since the last look: a task that ran between two looks counts too (else its blocks went at once);
+        # tasks sent straight to the worker (cluster/direct.py) too
+        direct_runs, direct_running = activity()
+        if state.executing_count or state.in_flight_tasks or state.executed_count != self.executed or direct_running \
+                or direct_runs != self.direct:
+            self.busy_at, self.executed, self.direct = now, state.executed_count, direct_runs
         if self.free() < KEEP_MIN:
             return
         idle = now - self.busy_at >= KEEP_IDLE_S

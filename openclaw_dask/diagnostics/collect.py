@@ -17,6 +17,7 @@ wherever the graph is materialised: in this process, or on the scheduler).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import threading
@@ -393,14 +394,16 @@ def _distributed(record: RunRecord, client: Any) -> Iterator[None]:
         undo.callback(lambda: probe.update(client.run_on_scheduler(_pop_input_probe, name=name)))
         undo.enter_context(_probe_layouts(record, client.run_on_scheduler))
         stream = undo.enter_context(get_task_stream(client))
+        sent: list[list[dict[str, Any]]] = []  # per compute sent straight to the workers, its tasks (cluster/direct.py)
+        undo.enter_context(here.streamed(sent.append))
         record.start = time.time()  # the run starts after the probes are in place: their round trips are not its own
         try:
             yield
         finally:
             record.stop = time.time()
-    record.graphs = probe["graphs"]
+    record.graphs = probe["graphs"] + len(sent)
     record.graph_bytes = sum(spec for spec, _ in probe["inputs"].values())
-    record.tasks += _stream_tasks(stream.data, record, probe["inputs"])
+    record.tasks += _stream_tasks([*stream.data, *itertools.chain.from_iterable(sent)], record, probe["inputs"])
     for address, info in client.run(_worker_end, since=since, t0=record.start).items():
         record.workers[address] = WorkerRecord(address=address, **info)
 
@@ -418,7 +421,7 @@ def _stream_tasks(stream: list[dict[str, Any]], record: RunRecord, inputs: dict[
         key = _key_text(r["key"])
         yield TaskRecord(
             key=key, group=_group(r["key"]), worker=r["worker"], thread=int(r.get("thread") or 0), start=start, stop=stop,
-            nbytes=int(r.get("nbytes") or 0), transfer_s=transfer, input_bytes=int(sum(inputs.get(key, (0, 0)))),
+            nbytes=int(r.get("nbytes") or 0), transfer_s=transfer, input_bytes=int(r["input_bytes"] if "input_bytes" in r else sum(inputs.get(key, (0, 0)))),
         )
 
 

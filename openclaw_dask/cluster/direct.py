@@ -1,0 +1,244 @@
+"""Computes over data already on the workers, sent straight to those workers: no scheduling round.
+
+Why. A compute on worker processes costs 8-10 ms before any task does work (docs/benchmarks.md,
+twelfth pass): the graph goes to the scheduler, which places each task, sends it to a worker,
+hears it finish, tells the client, and the client then asks the worker for the result; that is
+six hops through distributed's comms and state machines, 11.6 ms of CPU over the processes of a
+2-core machine. When every task of a compute reads only data already held by the workers (a sum,
+a mean, a per-chunk map of a persisted array), the scheduler has nothing to decide: each task runs
+where its data is. Such a compute is split into its independent parts, each part goes to the
+worker holding all it reads, that worker runs it on its task threads and sends the results back:
+one round trip per worker, 1.7 ms for a 2-chunk sum against 10.8 (docs/benchmarks.md, eighteenth pass).
+
+What qualifies (else the compute goes to the scheduler as before, nothing lost):
+
+- the session's scheduler runs in this process (it is asked where the data is without a round
+  trip) and its workers carry :class:`DirectRuns` (the process backend's do);
+- the graph has at most :data:`MAX_TASKS` tasks and no annotations (no pinned workers or
+  resources), and the compute pins none (``workers=``, ``resources=``);
+- each part (tasks joined by what they read of each other) reads something held in memory on the
+  workers, all of it on one worker; a part that reads nothing held, or data on two workers, needs
+  the scheduler to place it or to move data.
+
+A worker answers for all it was sent or for none: paused at its memory limit or closing, missing
+a key (moved, lost), or a task raising, and the whole compute runs on the scheduler instead, which
+then reports a task's error, retries and recoveries as it always does. The task threads are the
+worker's own (its ``executors["default"]``), so a worker never runs more tasks at once than it has
+threads. Each task's start and stop go to the profiler as the task stream's would
+(:func:`~openclaw_dask.cluster.here.tell_stream`), attributed to the worker and thread that ran it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from graphlib import TopologicalSorter
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from distributed import Client, Scheduler, Worker
+
+__all__ = ["MAX_TASKS", "Direct", "DirectRuns", "Part", "activity", "placed", "split"]
+
+OP = "openclaw_direct"  # the workers' handler
+MAX_TASKS = 4096  # a bigger graph goes to the scheduler: splitting it here would cost what it saves
+_PINNING = frozenset({"workers", "allow_other_workers", "resources"})  # compute keywords only the scheduler honours
+
+
+class Part(NamedTuple):
+    """Tasks that read each other's outputs: in the order they run, the worker's data they read, and the outputs wanted."""
+
+    tasks: tuple[Any, ...]  # dask._task_spec.GraphNode
+    reads: tuple[Any, ...]
+    outputs: tuple[Any, ...]
+
+
+def split(graph: Mapping[Any, Any], outputs: Iterable[Any]) -> list[Part] | None:
+    """``graph``'s independent parts, each a chain of tasks reading data outside the graph (the workers'); ``None``
+    where a part reads none or is no chain, an output is not a task of the graph, or the graph is not dask's task specs.
+
+    A chain (each task reads at most one other of its part, and is read by at most one) runs on one thread as fast
+    as on several, and holds one intermediate at a time; a part that fans in or out (a rechunk's merges, the combines
+    of blocks on several workers) is left to the scheduler, which runs its branches on several threads.
+    """
+    from dask._task_spec import GraphNode
+
+    wanted = set(outputs)
+    if len(graph) > MAX_TASKS or not wanted <= graph.keys() or not all(isinstance(v, GraphNode) for v in graph.values()):
+        return None
+    parent = {key: key for key in graph}
+
+    def root(key: Any) -> Any:
+        while parent[key] != key:
+            parent[key] = key = parent[parent[key]]
+        return key
+
+    read_by: dict[Any, int] = {}
+    for key, node in graph.items():
+        within = [dep for dep in node.dependencies if dep in graph]
+        if len(within) > 1:
+            return None
+        for dep in within:
+            parent[root(dep)] = root(key)
+            read_by[dep] = read_by.get(dep, 0) + 1
+    if any(n > 1 for n in read_by.values()):
+        return None
+    members: dict[Any, list[Any]] = {}
+    for key in graph:
+        members.setdefault(root(key), []).append(key)
+    parts = []
+    for keys in members.values():
+        inside = set(keys)
+        reads = {dep for key in keys for dep in graph[key].dependencies if dep not in inside}
+        if not reads:
+            return None  # nothing of it is on a worker yet: the scheduler places it
+        order = TopologicalSorter({key: graph[key].dependencies & inside for key in keys}).static_order()
+        parts.append(Part(tuple(graph[k] for k in order), tuple(reads), tuple(k for k in keys if k in wanted)))
+    return parts
+
+
+def placed(scheduler: Scheduler, parts: list[Part]) -> dict[str, list[Part]] | None:
+    """Each part under the address of a worker holding all it reads (the least loaded of several), or ``None``
+    where some part has no such worker. Run on the scheduler's event loop."""
+    load: dict[str, list[Part]] = {}
+    for part in parts:
+        common: set[str] | None = None
+        for key in part.reads:
+            ts = scheduler.tasks.get(key)
+            if ts is None or ts.state != "memory":
+                return None
+            holders = {ws.address for ws in ts.who_has or ()}
+            common = holders if common is None else common & holders
+            if not common:
+                return None
+        address = min(sorted(common or ()), key=lambda a: len(load.get(a, ())))
+        load.setdefault(address, []).append(part)
+    return load
+
+
+class Direct:
+    """Computes whose tasks read only data on the workers, run on those workers (see the module's docstring).
+
+    Parameters
+    ----------
+    client, scheduler
+        The session's client, and its scheduler, which runs in this process.
+    """
+
+    def __init__(self, client: Client, scheduler: Scheduler) -> None:
+        self.client, self.scheduler = client, scheduler
+
+    def results(self, arrays: list[Any], expr: Any, keys: list[Any], kwargs: Mapping[str, Any]) -> dict[Any, Any] | None:
+        """The value of each of ``keys`` (``expr``'s, which computes ``arrays``), run on the workers holding what
+        they read; ``None`` where the compute does not qualify or a worker declined: the scheduler's then."""
+        if len(keys) > MAX_TASKS or _PINNING & kwargs.keys() or _annotated(arrays):
+            return None
+        parts = split(expr.__dask_graph__(), keys)
+        if parts is None:
+            return None
+        try:
+            return self.client.sync(self._run, parts)
+        except Exception:  # noqa: BLE001 - a worker went or is closing: the scheduler's run copes, and reports any error
+            return None
+
+    async def _run(self, parts: list[Part]) -> dict[Any, Any] | None:
+        from distributed.protocol.serialize import ToPickle
+
+        from openclaw_dask.cluster.here import tell_stream
+
+        where = placed(self.scheduler, parts)
+        if where is None:
+            return None
+        rpc = self.client.rpc
+        replies = await asyncio.gather(*(rpc(address).openclaw_direct(parts=ToPickle(sent)) for address, sent in where.items()))
+        if any(reply.get("status") != "OK" for reply in replies):
+            return None
+        results: dict[Any, Any] = {}
+        records = []  # as the scheduler's task stream has them, with the bytes each task read
+        for address, reply in zip(where, replies, strict=True):
+            for values, ran in reply["results"]:
+                results.update(values)
+                records += [{"key": key, "worker": address, "thread": thread, "nbytes": wrote, "input_bytes": read,
+                             "status": "OK", "startstops": ({"action": "compute", "start": start, "stop": stop},)}
+                            for key, thread, start, stop, read, wrote in ran]
+        tell_stream(records)
+        return results
+
+
+def _annotated(arrays: list[Any]) -> bool:
+    """Whether some layer of ``arrays`` carries annotations (or cannot say: a graph of no layers)."""
+    graphs = [a.__dask_graph__() for a in arrays]
+    return any(not hasattr(g, "layers") or any(layer.annotations for layer in g.layers.values()) for g in graphs)
+
+
+class DirectRuns(WorkerPlugin):
+    """A worker runs the parts of a compute :class:`Direct` sends it, on its task threads, from its own data."""
+
+    name = "openclaw-direct-runs"
+    idempotent = True
+
+    def setup(self, worker: Worker) -> None:
+        self.worker = worker
+        worker.handlers[OP] = self.run
+
+    def teardown(self, worker: Worker) -> None:
+        worker.handlers.pop(OP, None)
+
+    async def run(self, parts: list[Part]) -> dict[str, Any]:
+        """Each part's outputs and its tasks' timings, or a status other than ``"OK"`` (then nothing ran)."""
+        from distributed.core import Status
+        from distributed.protocol import to_serialize
+
+        worker = self.worker
+        if worker.status != Status.running:  # paused at its memory limit, or closing
+            return {"status": "busy"}
+        try:
+            inputs = [{key: worker.data[key] for key in part.reads} for part in parts]  # on the loop, as the worker does
+        except KeyError:
+            return {"status": "missing"}
+        loop = asyncio.get_running_loop()
+        _ACTIVITY[0] += 1
+        _ACTIVITY[1] += len(parts)
+        try:
+            done = await asyncio.gather(*(loop.run_in_executor(worker.executors["default"], _ran, part, values)
+                                          for part, values in zip(parts, inputs, strict=True)))
+        except RuntimeError:  # its task threads shut down: the worker is closing
+            return {"status": "busy"}
+        finally:
+            _ACTIVITY[1] -= len(parts)
+        if any(d is None for d in done):
+            return {"status": "failed"}
+        return {"status": "OK", "results": to_serialize(done)}
+
+
+_ACTIVITY = [0, 0]  # in a worker: direct runs started, parts running now (read by the heap keeper, plugins.py)
+
+
+def activity() -> tuple[int, int]:
+    """In a worker: how many direct runs it has started, and how many parts run now."""
+    return _ACTIVITY[0], _ACTIVITY[1]
+
+
+def _ran(part: Part, values: dict[Any, Any]) -> tuple[dict[Any, Any], list[tuple[Any, ...]]] | None:
+    """``part``'s outputs and each task's (key, thread, start, stop, bytes read, bytes made), or ``None`` if a task
+    raised."""
+    from dask.sizeof import sizeof
+
+    ran, thread, kept = [], threading.get_ident(), {*part.outputs, *part.reads}
+    try:
+        for task in part.tasks:
+            start = time.time()
+            values[task.key] = task(values)
+            stop = time.time()
+            read = sum(sizeof(values[dep]) for dep in task.dependencies)
+            ran.append((task.key, thread, start, stop, read, sizeof(values[task.key])))
+            for dep in task.dependencies - kept:
+                del values[dep]  # an intermediate read by this task alone (a chain): not held while the next runs
+    except Exception:  # noqa: BLE001 - the scheduler's run reports it, with the worker's traceback
+        return None
+    return {key: values[key] for key in part.outputs}, ran

@@ -1,0 +1,190 @@
+"""Computes over data already on the workers go straight to those workers (``cluster/direct.py``).
+
+Checked: which graphs split into parts and where each part goes (pure), what a worker answers
+(its handler, on a worker-like object), and on real worker processes that such computes give
+NumPy's answers without a task reaching the scheduler, that the rest still goes to it, that a
+task's error is the user's, and that the profiler sees the tasks a worker ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import dask
+import distributed
+import numpy as np
+import pytest
+from dask._task_spec import Task, TaskRef
+
+import openclaw_dask
+from openclaw_dask.cluster import here
+from openclaw_dask.cluster.direct import MAX_TASKS, DirectRuns, Part, activity, placed, split
+
+
+def _graph(*tasks: Task) -> dict:
+    return {t.key: t for t in tasks}
+
+
+def test_a_graph_splits_into_the_parts_that_read_each_other():
+    a1 = Task(("a", 0), operator.add, TaskRef(("x", 0)), 1)
+    a2 = Task(("a", 1), operator.add, TaskRef(("x", 1)), 1)
+    b1 = Task(("b", 0), operator.mul, TaskRef(("a", 0)), TaskRef(("x", 0)))
+    parts = split(_graph(b1, a1, a2), [("b", 0), ("a", 1)])
+    assert parts is not None and len(parts) == 2
+    first = next(p for p in parts if ("b", 0) in p.outputs)
+    assert [t.key for t in first.tasks] == [("a", 0), ("b", 0)]  # in the order they run
+    assert first.reads == (("x", 0),) and first.outputs == (("b", 0),)
+    second = next(p for p in parts if ("a", 1) in p.outputs)
+    assert second.reads == (("x", 1),) and [t.key for t in second.tasks] == [("a", 1)]
+
+
+def test_graphs_the_scheduler_must_place_do_not_split():
+    reads = Task(("a", 0), operator.neg, TaskRef(("x", 0)))
+    alone = Task(("c", 0), operator.add, 1, 2)  # reads nothing held: the scheduler places it
+    assert split(_graph(reads, alone), [("a", 0), ("c", 0)]) is None
+    assert split(_graph(reads), [("x", 0)]) is None  # an output that is held data, not a task here
+    big = {("a", i): Task(("a", i), operator.neg, TaskRef(("x", i))) for i in range(MAX_TASKS + 1)}
+    assert split(big, list(big)) is None
+    assert split({("a", 0): (operator.neg, ("x", 0))}, [("a", 0)]) is None  # not dask's task specs
+    a1 = Task(("a", 1), operator.neg, TaskRef(("x", 1)))
+    merge = Task(("m", 0), operator.add, TaskRef(("a", 0)), TaskRef(("a", 1)))
+    assert split(_graph(reads, a1, merge), [("m", 0)]) is None  # a fan-in: its branches run on several threads
+    twice = Task(("t", 0), operator.neg, TaskRef(("a", 0)))
+    assert split(_graph(reads, twice, Task(("u", 0), abs, TaskRef(("a", 0)))), [("t", 0), ("u", 0)]) is None  # fan-out
+
+
+def _scheduler(**held: tuple[str, ...]) -> SimpleNamespace:
+    tasks = {key: SimpleNamespace(state="memory", who_has=[SimpleNamespace(address=a) for a in where]) for key, where in held.items()}
+    return SimpleNamespace(tasks=tasks)
+
+
+def test_each_part_goes_to_a_worker_holding_all_it_reads():
+    parts = [Part((), (f"x{i}",), (f"a{i}",)) for i in range(4)]
+    both = _scheduler(**{f"x{i}": ("w1", "w2") for i in range(4)})
+    where = placed(both, parts)
+    assert where is not None and sorted(len(p) for p in where.values()) == [2, 2]  # replicas: the least loaded
+    split_up = _scheduler(x0=("w1",), x1=("w2",), x2=("w1",), x3=("w2",))
+    assert {a: [p.reads for p in ps] for a, ps in placed(split_up, parts).items()} == {
+        "w1": [("x0",), ("x2",)], "w2": [("x1",), ("x3",)]}
+    apart = [Part((), ("x0", "x1"), ("a",))]
+    assert placed(split_up, apart) is None  # data on two workers: the scheduler moves it
+    waiting = _scheduler(x0=("w1",))
+    waiting.tasks["x0"].state = "processing"
+    assert placed(waiting, parts[:1]) is None
+    assert placed(waiting, [Part((), ("unknown",), ("a",))]) is None
+
+
+def _with(data: dict, status: str = "running") -> SimpleNamespace:
+    """A worker-like object: what the handler reads of a worker."""
+    from distributed.core import Status
+
+    return SimpleNamespace(status=Status(status), data=data, handlers={}, executors={"default": ThreadPoolExecutor(1)})
+
+
+def _answer(worker: SimpleNamespace, parts: list[Part]) -> dict:
+    plugin = DirectRuns()
+    plugin.setup(worker)
+    try:
+        return asyncio.run(worker.handlers["openclaw_direct"](parts=parts))
+    finally:
+        plugin.teardown(worker)
+        worker.executors["default"].shutdown()
+
+
+def test_a_worker_runs_its_parts_from_its_own_data_or_none_of_them():
+    double = Task(("a", 0), operator.mul, TaskRef(("x", 0)), 2)
+    plus = Task(("b", 0), operator.add, TaskRef(("a", 0)), 1)
+    part = Part((double, plus), (("x", 0),), (("b", 0),))
+    started = activity()[0]
+    reply = _answer(_with({("x", 0): 20}), [part])
+    assert reply["status"] == "OK" and activity() == (started + 1, 0)  # the heap keeper sees it as work
+    (values, ran), = reply["results"].data
+    assert values == {("b", 0): 41}
+    assert [r[0] for r in ran] == [("a", 0), ("b", 0)] and all(r[2] <= r[3] for r in ran)
+    assert _answer(_with({}), [part])["status"] == "missing"
+    assert _answer(_with({("x", 0): 20}, status="paused"), [part])["status"] == "busy"
+    failing = Part((Task(("c", 0), operator.truediv, TaskRef(("x", 0)), 0),), (("x", 0),), (("c", 0),))
+    assert _answer(_with({("x", 0): 20}), [part, failing])["status"] == "failed"
+
+
+def _tasks_seen(s, run):
+    """What ``run()`` returns, the keys the scheduler ran, and the records of tasks sent straight to workers."""
+    from distributed import get_task_stream
+
+    sent: list[dict] = []
+    with get_task_stream(s.client) as ts, here.streamed(sent.extend):
+        value = run()
+    return value, [t["key"] for t in ts.data], sent
+
+
+@pytest.fixture(scope="module")
+def process_session():
+    with openclaw_dask.session(backend="process", workers=2) as s:
+        yield s
+
+
+def test_computes_over_held_data_run_on_the_workers_holding_it(process_session):
+    s = process_session
+    a = np.arange(64 * 48, dtype="float64").reshape(64, 48)
+    x = s.persist(s.array((64, 48), "float64", fill="arange", chunks=(16, 24)))
+    distributed.wait(x)
+    cases = [
+        (lambda: s.compute(x.sum()), a.sum()),
+        (lambda: s.compute(x.mean()), a.mean()),
+        (lambda: x.std().compute(), a.std()),
+        (lambda: s.compute((x * 2 + 1)[::7]), (a * 2 + 1)[::7]),
+        (lambda: s.compute(x.map_blocks(np.sin).max()), np.sin(a).max()),
+    ]
+    for run, want in cases:
+        value, scheduled, sent = _tasks_seen(s, run)
+        np.testing.assert_allclose(value, want, rtol=1e-12)
+        assert not scheduled and sent, (scheduled, sent)
+        assert {r["worker"] for r in sent} <= set(s.client.scheduler_info()["workers"])
+
+
+def test_computes_that_need_the_scheduler_still_go_to_it(process_session):
+    s = process_session
+    a = np.arange(64 * 48, dtype="float64").reshape(64, 48)
+    x = s.persist(s.array((64, 48), "float64", fill="arange", chunks=(16, 24)))
+    distributed.wait(x)
+    ones = s.array((64, 48), "float64", fill="ones", chunks=(16, 24))
+    value, scheduled, sent = _tasks_seen(s, lambda: s.compute(ones.sum()))
+    assert value == a.size and scheduled and not sent  # reads nothing held: the scheduler places its tasks
+    value, scheduled, sent = _tasks_seen(s, lambda: s.compute((x + ones).sum()))
+    assert value == (a + 1).sum() and sent and not scheduled  # each task makes its ones beside a block it reads
+    value, scheduled, _ = _tasks_seen(s, lambda: s.compute(x.sum(), workers=list(s.client.scheduler_info()["workers"])[:1]))
+    assert value == a.sum() and scheduled  # pinned to a worker: only the scheduler honours that
+    with dask.annotate(priority=1):
+        y = x + 1
+    value, scheduled, sent = _tasks_seen(s, lambda: s.compute(y.sum()))
+    assert value == (a + 1).sum() and scheduled and not sent  # annotated: the scheduler reads annotations
+
+
+def _fails(block):
+    raise ValueError("a block the user's function refuses")
+
+
+def test_a_task_that_raises_raises_the_users_error(process_session):
+    s = process_session
+    x = s.persist(s.array((64,), "float64", fill="arange", chunks=16))
+    distributed.wait(x)
+    with pytest.raises(Exception, match="a block the user's function refuses"):
+        s.compute(x.map_blocks(_fails).sum())
+    assert s.compute(x.sum()) == np.arange(64).sum()  # and the session goes on
+
+
+def test_the_profiler_sees_the_tasks_a_worker_ran(process_session):
+    from openclaw_dask.diagnostics.collect import collect
+
+    s = process_session
+    x = s.persist(s.array((2**16,), "float64", fill="arange", chunks=2**14))
+    distributed.wait(x)
+    s.compute(x.sum())
+    with collect(s) as record:
+        assert s.compute(x.sum()) == np.arange(2**16).sum()
+    sums = [t for t in record.tasks if t.group.startswith("sum")]
+    assert len(sums) == 4 and {t.worker for t in sums} <= set(s.client.scheduler_info()["workers"])
+    assert all(record.start <= t.start <= t.stop <= record.stop for t in sums)
