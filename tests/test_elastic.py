@@ -7,6 +7,7 @@ import signal
 import time
 
 import numpy as np
+import distributed
 import pytest
 
 import openclaw_dask
@@ -160,6 +161,12 @@ def test_adaptive_scales_up_for_queued_work_and_back_down(caplog):
         while len(s.workers()) > 1:
             assert time.monotonic() < deadline, "adaptive did not retire the idle worker"
             time.sleep(0.1)
+        # a compute straight to the workers would look idle to it (cluster/direct.py): every compute is scheduled
+        x = s.persist(s.array((64,), "float64", fill="arange", chunks=16))
+        distributed.wait(x)
+        with distributed.get_task_stream(s.client) as ts:
+            assert s.compute(x.sum()) == sum(range(64))
+        assert any("sum" in str(t["key"]) for t in ts.data)
     assert "adaptive: up to 2 workers" in caplog.text and "adaptive: retiring 1 idle worker" in caplog.text
 
 

@@ -40,8 +40,7 @@ class DistributedCluster(RunningCluster):
     client
         The :class:`distributed.Client`.
     cluster
-        The object openclaw started (a ``LocalCluster``, an ``MpiJob``), or ``None`` when
-        someone else owns the cluster.
+        The object openclaw started (a ``LocalCluster``, an ``MpiJob``), or ``None`` when someone else owns it.
     shuts_down
         Closing shuts the scheduler and its workers down through the client first (MPI ranks leave once it is gone).
     watch
@@ -151,6 +150,7 @@ class DistributedCluster(RunningCluster):
     def adapt(self) -> Callable[[], None]:
         from openclaw_dask.cluster.adaptive import adapt
 
+        self.computing = {**self.computing, "direct": None}  # workers running direct.py's computes look idle: retired
         return adapt(self.cluster, self.config).stop
 
     def record(self, recorder: Recorder) -> contextlib.AbstractContextManager[Any]:

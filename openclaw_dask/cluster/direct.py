@@ -8,14 +8,16 @@ six hops through distributed's comms and state machines, 11.6 ms of CPU over the
 a mean, a per-chunk map of a persisted array), the scheduler has nothing to decide: each task runs
 where its data is. Such a compute is split into its independent parts, each part goes to the
 worker holding all it reads, that worker runs it on its task threads and sends the results back:
-one round trip per worker, 1.7 ms for a 2-chunk sum against 10.8 (docs/benchmarks.md, eighteenth pass).
+one round trip per worker: a 2-chunk sum in 3.5 ms against 11.8 through the scheduler (docs/benchmarks.md,
+eighteenth pass).
 
 What qualifies (else the compute goes to the scheduler as before, nothing lost):
 
 - the session's scheduler runs in this process (it is asked where the data is without a round
   trip) and its workers carry :class:`DirectRuns` (the process backend's do);
 - the graph has at most :data:`MAX_TASKS` tasks and no annotations (no pinned workers or
-  resources), and the compute pins none (``workers=``, ``resources=``);
+  resources), the compute pins none (``workers=``, ``resources=``), and the cluster does not adapt
+  (the scheduler, seeing its workers idle, would retire them under the compute);
 - each part (tasks joined by what they read of each other) reads something held in memory on the
   workers, all of it on one worker; a part that reads nothing held, or data on two workers, needs
   the scheduler to place it or to move data.
@@ -136,8 +138,9 @@ class Direct:
     def results(self, arrays: list[Any], expr: Any, keys: list[Any], kwargs: Mapping[str, Any]) -> dict[Any, Any] | None:
         """The value of each of ``keys`` (``expr``'s, which computes ``arrays``), run on the workers holding what
         they read; ``None`` where the compute does not qualify or a worker declined: the scheduler's then."""
-        if len(keys) > MAX_TASKS or _PINNING & kwargs.keys() or _annotated(arrays):
-            return None
+        graphs = [a.__dask_graph__() for a in arrays]
+        if sum(map(len, graphs)) > MAX_TASKS or _PINNING & kwargs.keys() or _annotated(graphs):
+            return None  # (its layers' sizes bound the graph before it is made: a big one is made once, by the scheduler)
         parts = split(expr.__dask_graph__(), keys)
         if parts is None:
             return None
@@ -170,9 +173,8 @@ class Direct:
         return results
 
 
-def _annotated(arrays: list[Any]) -> bool:
-    """Whether some layer of ``arrays`` carries annotations (or cannot say: a graph of no layers)."""
-    graphs = [a.__dask_graph__() for a in arrays]
+def _annotated(graphs: list[Any]) -> bool:
+    """Whether some layer of ``graphs`` carries annotations (or cannot say: a graph of no layers)."""
     return any(not hasattr(g, "layers") or any(layer.annotations for layer in g.layers.values()) for g in graphs)
 
 
