@@ -229,7 +229,10 @@ def test_an_unwatched_clusters_event_loops_are_timed_less_often(watched):
     with openclaw_dask.session(backend="process", workers=1, **watched) as s:
         ticks = {s.client.run_on_scheduler(lambda dask_scheduler: dask_scheduler._tick_interval),
                  *s.client.run(lambda dask_worker: dask_worker._tick_interval).values()}
+        # the workers' 10 ms stack samples feed the dashboard's profile page alone
+        profiled = set(s.client.run(lambda dask_worker: "profile" in dask_worker.periodic_callbacks).values())
     assert ticks == ({0.02} if watched else {0.5})
+    assert profiled == {"dashboard" in watched}
 
 
 def test_log_level_debug_reaches_client_and_worker_processes(caplog):

@@ -286,8 +286,11 @@ def _unwatched(config: Config) -> dict[str, Any]:
     500 ms still logs a loop blocked past ``distributed.admin.tick.limit`` (3 s), and this process's
     main thread, which shares its GIL with the scheduler and nannies, is cut in on 6 times a second,
     not 150 (tiny-tasks on 2 worker processes: fastest of 15 runs 160-166 ms, not 170-179; docs/benchmarks.md).
+    Each worker samples its task threads' stacks every 10 ms for the dashboard's profile page alone
+    (``distributed.worker.profile``): 100 wake-ups a second that took 2.5-3.5% from its tasks
+    (elementwise at 512 MiB on 2 worker processes; docs/benchmarks.md, eighteenth pass), so it is off too.
     """
-    settings: dict[str, Any] = {"distributed.dashboard.link": ""}
+    settings: dict[str, Any] = {"distributed.dashboard.link": "", "distributed.worker.profile.enabled": False}
     if not config.monitoring.prometheus:
         settings["distributed.admin.tick.interval"] = UNWATCHED_TICK
     return settings

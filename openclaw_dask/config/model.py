@@ -136,7 +136,8 @@ class ClusterConfig:
         below, a non-loopback host or interface is allowed without this, and the HTTP servers stay on 127.0.0.1""")
     dashboard: str | bool = setting(v.dashboard, "auto", """
         auto = on in a Jupyter kernel when the session runs a distributed cluster (loopback, a free port), off in
-        scripts, the CLI and CI | false = no dashboard | true = 127.0.0.1 on a free port | a port (8787) or HOST:PORT""")
+        scripts, the CLI and CI | false = no dashboard | true = 127.0.0.1 on a free port | a port (8787) or HOST:PORT.
+        Without it the workers keep no statistical profile (client.profile() is empty): only its pages read one""")
     memory_limit: int | Literal["auto"] = setting(v.size(64 * v.MiB, v.PiB, auto=True), "auto", """
         memory limit per worker process: auto (system memory / workers) or a size""")
     preload: tuple[str, ...] = setting(v.text_list, [], """
