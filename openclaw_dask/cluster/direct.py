@@ -14,7 +14,8 @@ eighteenth pass).
 What qualifies (else the compute goes to the scheduler as before, nothing lost):
 
 - the session's scheduler runs in this process (it is asked where the data is without a round
-  trip) and its workers carry :class:`DirectRuns` (the process backend's do);
+  trip) and its workers carry :class:`DirectRuns` (the process backend's do, and the thread backend's
+  in-process worker when its engine is distributed);
 - the graph has at most :data:`MAX_TASKS` tasks and no annotations (no pinned workers or
   resources), the compute pins none (``workers=``, ``resources=``), and the cluster does not adapt
   (the scheduler, seeing its workers idle, would retire them under the compute);

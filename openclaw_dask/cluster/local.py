@@ -378,6 +378,11 @@ class ThreadBackend(LocalBackend):
         logger.info("running on dask's threaded scheduler with %d threads", threads)
         return ThreadedEngine(self, config, pool, threads, InlinePool(pool))
 
+    def worker_plugins(self, config: Config) -> list[Any]:
+        from openclaw_dask.cluster.direct import DirectRuns
+
+        return [*super().worker_plugins(config), DirectRuns()]  # the distributed engine's in-process worker
+
     def dask_settings(self, config: Config) -> dict[str, Any]:
         if not dashboard_on(config, self):
             return _unwatched(config)
