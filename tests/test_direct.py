@@ -44,16 +44,16 @@ def test_a_graph_splits_into_the_parts_that_read_each_other():
 def test_graphs_the_scheduler_must_place_do_not_split():
     reads = Task(("a", 0), operator.neg, TaskRef(("x", 0)))
     alone = Task(("c", 0), operator.add, 1, 2)  # reads nothing held: the scheduler places it
-    assert split(_graph(reads, alone), [("a", 0), ("c", 0)]) is None
-    assert split(_graph(reads), [("x", 0)]) is None  # an output that is held data, not a task here
+    assert "reads no data the workers hold" in split(_graph(reads, alone), [("a", 0), ("c", 0)])
+    assert "held data" in split(_graph(reads), [("x", 0)])  # an output that is held data, not a task here
     big = {("a", i): Task(("a", i), operator.neg, TaskRef(("x", i))) for i in range(MAX_TASKS + 1)}
-    assert split(big, list(big)) is None
-    assert split({("a", 0): (operator.neg, ("x", 0))}, [("a", 0)]) is None  # not dask's task specs
+    assert split(big, list(big)) == f"over {MAX_TASKS} tasks"
+    assert "not dask's tasks" in split({("a", 0): (operator.neg, ("x", 0))}, [("a", 0)])
     a1 = Task(("a", 1), operator.neg, TaskRef(("x", 1)))
     merge = Task(("m", 0), operator.add, TaskRef(("a", 0)), TaskRef(("a", 1)))
-    assert split(_graph(reads, a1, merge), [("m", 0)]) is None  # a fan-in: its branches run on several threads
+    assert "branch" in split(_graph(reads, a1, merge), [("m", 0)])  # a fan-in: its branches run on several threads
     twice = Task(("t", 0), operator.neg, TaskRef(("a", 0)))
-    assert split(_graph(reads, twice, Task(("u", 0), abs, TaskRef(("a", 0)))), [("t", 0), ("u", 0)]) is None  # fan-out
+    assert "branch" in split(_graph(reads, twice, Task(("u", 0), abs, TaskRef(("a", 0)))), [("t", 0), ("u", 0)])  # fan-out
 
 
 def _scheduler(**held: tuple[str, ...]) -> SimpleNamespace:
@@ -70,11 +70,11 @@ def test_each_part_goes_to_a_worker_holding_all_it_reads():
     assert {a: [p.reads for p in ps] for a, ps in placed(split_up, parts).items()} == {
         "w1": [("x0",), ("x2",)], "w2": [("x1",), ("x3",)]}
     apart = [Part((), ("x0", "x1"), ("a",))]
-    assert placed(split_up, apart) is None  # data on two workers: the scheduler moves it
+    assert "different workers" in placed(split_up, apart)  # data on two workers: the scheduler moves it
     waiting = _scheduler(x0=("w1",))
     waiting.tasks["x0"].state = "processing"
-    assert placed(waiting, parts[:1]) is None
-    assert placed(waiting, [Part((), ("unknown",), ("a",))]) is None
+    assert "not yet in the workers' memory" in placed(waiting, parts[:1])
+    assert "not yet in the workers' memory" in placed(waiting, [Part((), ("unknown",), ("a",))])
 
 
 def _with(data: dict, status: str = "running") -> SimpleNamespace:
@@ -188,3 +188,16 @@ def test_the_profiler_sees_the_tasks_a_worker_ran(process_session):
     sums = [t for t in record.tasks if t.group.startswith("sum")]
     assert len(sums) == 4 and {t.worker for t in sums} <= set(s.client.scheduler_info()["workers"])
     assert all(record.start <= t.start <= t.stop <= record.stop for t in sums)
+
+
+def test_a_run_summary_says_which_path_the_last_compute_took(process_session):
+    from openclaw_dask.cluster.paths import SCHEDULER, WORKERS
+    from openclaw_dask.workloads import run_kernel
+
+    s = process_session
+    summed = dict(run_kernel("array-sum", s, size=2**20, repeat=2).rows)["path"]
+    assert summed.startswith(f"{WORKERS}: ") and "no scheduling round" in summed
+    x = s.persist(s.array((64,), "float64", fill="arange", chunks=16))
+    distributed.wait(x)
+    s.compute(x.sum(), workers=list(s.client.scheduler_info()["workers"])[:1])
+    assert s.running.path.text() == f"{SCHEDULER}: pinned to workers, or annotated"

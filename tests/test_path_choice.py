@@ -11,7 +11,7 @@ import pytest
 
 import openclaw_dask
 from openclaw_dask.cluster.local import InlinePool
-from openclaw_dask.cluster.paths import PARALLEL, SERIAL, PathChooser, signature
+from openclaw_dask.cluster.paths import PARALLEL, SERIAL, WORKERS, PathChooser, signature
 from openclaw_dask.diagnostics.benchmark_render import row_cells
 from openclaw_dask.diagnostics.benchmark_report import Row
 from openclaw_dask.diagnostics.collect import collect
@@ -173,4 +173,5 @@ def test_a_benchmark_row_on_one_thread_is_flagged():
     flagged = Row(**fields, path=f"{SERIAL}: measured faster (4 ms on one thread, 5 ms on 2)")
     assert "one thread (measured faster)" in row_cells(flagged)[10]
     assert row_cells(Row(**fields))[10] == "-"
+    assert row_cells(Row(**fields, path=f"{WORKERS}: 4 tasks on 2 worker(s), no scheduling round"))[10] == "straight to the workers"
     assert Row.from_json(flagged.to_json()).path == flagged.path

@@ -94,7 +94,7 @@ class DistributedCluster(RunningCluster):
         from openclaw_dask.cluster.compute import compute
 
         kwargs = {"retries": self.config.fault_tolerance.retries, **self.computing, **kwargs}
-        with run_errors(self):
+        with run_errors(self), _path_told(self):
             return compute(self._client, collections, watch=self.stall_watch, shared=self.results, **kwargs)
 
     def persist(self, collection: Any, progress: Progress | None = None) -> Any:
@@ -182,6 +182,19 @@ class DistributedCluster(RunningCluster):
             return
         with signals_deferred():
             _close(self)
+
+
+@contextlib.contextmanager
+def _path_told(running: DistributedCluster) -> Iterator[None]:
+    """``running.path``: the path the block's compute took where it could go straight to the workers
+    (:mod:`~openclaw_dask.cluster.direct`), and why; else ``None``."""
+    from openclaw_dask.cluster.paths import Choice
+
+    direct, running.path = running.computing["direct"], None
+    before = None if direct is None else direct.computes
+    yield
+    if direct is not None and direct.computes != before and direct.last is not None:
+        running.path = Choice(direct.last[0], direct.last[1], None, None)
 
 
 def _computing(backend: Backend, config: Config, client: Client, scheduler: Scheduler | None) -> dict[str, Any]:

@@ -29,6 +29,8 @@ then reports a task's error, retries and recoveries as it always does. The task 
 worker's own (its ``executors["default"]``), so a worker never runs more tasks at once than it has
 threads. Each task's start and stop go to the profiler as the task stream's would
 (:func:`~openclaw_dask.cluster.here.tell_stream`), attributed to the worker and thread that ran it.
+Which path the last compute took, and why, is :attr:`Direct.last`: ``openclaw run`` and the benchmark
+print it (``path``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from openclaw_dask.cluster.paths import SCHEDULER, WORKERS
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
@@ -51,6 +55,7 @@ __all__ = ["MAX_TASKS", "Direct", "DirectRuns", "Part", "activity", "placed", "s
 OP = "openclaw_direct"  # the workers' handler
 MAX_TASKS = 4096  # a bigger graph goes to the scheduler: splitting it here would cost what it saves
 _PINNING = frozenset({"workers", "allow_other_workers", "resources"})  # compute keywords only the scheduler honours
+_BRANCHES = "its tasks branch (a fan-in or fan-out the scheduler runs on several threads)"
 
 
 class Part(NamedTuple):
@@ -61,9 +66,9 @@ class Part(NamedTuple):
     outputs: tuple[Any, ...]
 
 
-def split(graph: Mapping[Any, Any], outputs: Iterable[Any]) -> list[Part] | None:
-    """``graph``'s independent parts, each a chain of tasks reading data outside the graph (the workers'); ``None``
-    where a part reads none or is no chain, an output is not a task of the graph, or the graph is not dask's task specs.
+def split(graph: Mapping[Any, Any], outputs: Iterable[Any]) -> list[Part] | str:
+    """``graph``'s independent parts, each a chain of tasks reading data outside the graph (the workers'); else why not
+    (a part reads none or is no chain, an output is not a task of the graph, the graph is not dask's task specs).
 
     A chain (each task reads at most one other of its part, and is read by at most one) runs on one thread as fast
     as on several, and holds one intermediate at a time; a part that fans in or out (a rechunk's merges, the combines
@@ -72,8 +77,10 @@ def split(graph: Mapping[Any, Any], outputs: Iterable[Any]) -> list[Part] | None
     from dask._task_spec import GraphNode
 
     wanted = set(outputs)
-    if len(graph) > MAX_TASKS or not wanted <= graph.keys() or not all(isinstance(v, GraphNode) for v in graph.values()):
-        return None
+    if len(graph) > MAX_TASKS:
+        return f"over {MAX_TASKS} tasks"
+    if not wanted <= graph.keys() or not all(isinstance(v, GraphNode) for v in graph.values()):
+        return "its results are held data, or not dask's tasks"
     parent = {key: key for key in graph}
 
     def root(key: Any) -> Any:
@@ -85,12 +92,12 @@ def split(graph: Mapping[Any, Any], outputs: Iterable[Any]) -> list[Part] | None
     for key, node in graph.items():
         within = [dep for dep in node.dependencies if dep in graph]
         if len(within) > 1:
-            return None
+            return _BRANCHES
         for dep in within:
             parent[root(dep)] = root(key)
             read_by[dep] = read_by.get(dep, 0) + 1
     if any(n > 1 for n in read_by.values()):
-        return None
+        return _BRANCHES
     members: dict[Any, list[Any]] = {}
     for key in graph:
         members.setdefault(root(key), []).append(key)
@@ -99,26 +106,26 @@ def split(graph: Mapping[Any, Any], outputs: Iterable[Any]) -> list[Part] | None
         inside = set(keys)
         reads = {dep for key in keys for dep in graph[key].dependencies if dep not in inside}
         if not reads:
-            return None  # nothing of it is on a worker yet: the scheduler places it
+            return "a task reads no data the workers hold: the scheduler places it"
         order = TopologicalSorter({key: graph[key].dependencies & inside for key in keys}).static_order()
         parts.append(Part(tuple(graph[k] for k in order), tuple(reads), tuple(k for k in keys if k in wanted)))
     return parts
 
 
-def placed(scheduler: Scheduler, parts: list[Part]) -> dict[str, list[Part]] | None:
-    """Each part under the address of a worker holding all it reads (the least loaded of several), or ``None``
-    where some part has no such worker. Run on the scheduler's event loop."""
+def placed(scheduler: Scheduler, parts: list[Part]) -> dict[str, list[Part]] | str:
+    """Each part under the address of a worker holding all it reads (the least loaded of several), else why some
+    part has no such worker. Run on the scheduler's event loop."""
     load: dict[str, list[Part]] = {}
     for part in parts:
         common: set[str] | None = None
         for key in part.reads:
             ts = scheduler.tasks.get(key)
             if ts is None or ts.state != "memory":
-                return None
+                return "it reads data not yet in the workers' memory"
             holders = {ws.address for ws in ts.who_has or ()}
             common = holders if common is None else common & holders
             if not common:
-                return None
+                return "a task reads blocks held by different workers"
         address = min(sorted(common or ()), key=lambda a: len(load.get(a, ())))
         load.setdefault(address, []).append(part)
     return load
@@ -135,20 +142,30 @@ class Direct:
 
     def __init__(self, client: Client, scheduler: Scheduler) -> None:
         self.client, self.scheduler = client, scheduler
+        self.last: tuple[str, str] | None = None  # the path the last compute took, and why (a run summary's line)
+        self.computes = 0  # computes decided so far
 
     def results(self, arrays: list[Any], expr: Any, keys: list[Any], kwargs: Mapping[str, Any]) -> dict[Any, Any] | None:
         """The value of each of ``keys`` (``expr``'s, which computes ``arrays``), run on the workers holding what
         they read; ``None`` where the compute does not qualify or a worker declined: the scheduler's then."""
+        self.computes += 1
         graphs = [a.__dask_graph__() for a in arrays]
-        if sum(map(len, graphs)) > MAX_TASKS or _PINNING & kwargs.keys() or _annotated(graphs):
-            return None  # (its layers' sizes bound the graph before it is made: a big one is made once, by the scheduler)
+        if sum(map(len, graphs)) > MAX_TASKS:  # (its layers' sizes bound the graph before it is made: made once, there)
+            return self._declined(f"over {MAX_TASKS} tasks")
+        if _PINNING & kwargs.keys() or _annotated(graphs):
+            return self._declined("pinned to workers, or annotated")
         parts = split(expr.__dask_graph__(), keys)
-        if parts is None:
-            return None
+        if isinstance(parts, str):
+            return self._declined(parts)
         try:
             return self.client.sync(self._run, parts)
         except Exception:  # noqa: BLE001 - a worker went or is closing: the scheduler's run copes, and reports any error
-            return None
+            return self._declined("a worker went or closed under it")
+
+    def _declined(self, why: str) -> dict[Any, Any] | None:
+        """No results: the scheduler's run, for ``why``."""
+        self.last = (SCHEDULER, why)
+        return None
 
     async def _run(self, parts: list[Part]) -> dict[Any, Any] | None:
         from distributed.protocol.serialize import ToPickle
@@ -156,12 +173,13 @@ class Direct:
         from openclaw_dask.cluster.here import tell_stream
 
         where = placed(self.scheduler, parts)
-        if where is None:
-            return None
+        if isinstance(where, str):
+            return self._declined(where)
         rpc = self.client.rpc
         replies = await asyncio.gather(*(rpc(address).openclaw_direct(parts=ToPickle(sent)) for address, sent in where.items()))
         if any(reply.get("status") != "OK" for reply in replies):
-            return None
+            answers = sorted({reply["status"] for reply in replies} - {"OK"})
+            return self._declined(f"a worker answered {' and '.join(answers)} (paused, missing a key, or a task raised)")
         results: dict[Any, Any] = {}
         records = []  # as the scheduler's task stream has them, with the bytes each task read
         for address, reply in zip(where, replies, strict=True):
@@ -171,6 +189,7 @@ class Direct:
                              "status": "OK", "startstops": ({"action": "compute", "start": start, "stop": stop},)}
                             for key, thread, start, stop, read, wrote in ran]
         tell_stream(records)
+        self.last = (WORKERS, f"{len(records)} tasks on {len(where)} worker(s), no scheduling round")
         return results
 
 

@@ -33,9 +33,11 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PARALLEL", "SERIAL", "Choice", "PathChooser", "path_line", "signature"]
+__all__ = ["PARALLEL", "SCHEDULER", "SERIAL", "WORKERS", "Choice", "PathChooser", "path_line", "signature"]
 
 PARALLEL, SERIAL = "threads", "one thread"
+# a distributed engine's paths (cluster/direct.py)
+WORKERS, SCHEDULER = "straight to the workers holding its data", "through the scheduler"
 _WARM_RUNS = 2  # parallel runs of a shape before it is tried on one thread (the first pays page faults)
 _KEPT = 3  # runs kept per path: the fastest of them stands for the path (noise only adds time)
 MAX_SIGNED_LAYERS = 10_000  # a bigger graph always takes the task threads: its shape would cost too much to key
@@ -130,8 +132,11 @@ class PathChooser:
 
 
 def path_line(choice: Choice | None) -> str | None:
-    """``choice``'s line for a run summary once both paths were measured (else ``None``: nothing chosen yet)."""
-    return None if choice is None or choice.serial_s is None else choice.text()
+    """``choice``'s line for a run summary: a path of the threaded scheduler once both were measured (else ``None``:
+    nothing chosen yet), any other path (a distributed engine's: :mod:`~openclaw_dask.cluster.direct`) as it is."""
+    if choice is None or (choice.path in (PARALLEL, SERIAL) and choice.serial_s is None):
+        return None
+    return choice.text()
 
 
 def signature(collections: list[Any]) -> Any:

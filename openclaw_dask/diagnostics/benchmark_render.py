@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from openclaw_dask.cluster.paths import SERIAL
+from openclaw_dask.cluster.paths import SERIAL, WORKERS
 from openclaw_dask.diagnostics.benchmark_report import Row, rows_of
 from openclaw_dask.diagnostics.stats import compare_runs
 
@@ -84,7 +84,8 @@ def row_cells(r: Row, strong: Callable[[str], str] = str) -> list[str]:
     lat = r.task_latency_s
     eff = f"{r.efficiency_vs_bandwidth:.0%}" if r.efficiency_vs_bandwidth is not None else "-"
     flags = list(r.flags) + ([f"cpu-steal {r.cpu_steal_share:.0%}"] if stolen(r) else []) \
-        + (["one thread (measured faster)"] if r.path and r.path.startswith(SERIAL) else [])
+        + (["one thread (measured faster)"] if r.path and r.path.startswith(SERIAL) else []) \
+        + (["straight to the workers"] if r.path and r.path.startswith(WORKERS) else [])
     return [r.config, r.workload, ok, f"{r.median_s * 1e3:.1f} [{r.min_s * 1e3:.1f}-{r.max_s * 1e3:.1f}]", f"{r.gbps:.2f}",
             f"{r.tasks_per_s:.0f}", f"{lat['p50'] * 1e3:.2f}/{lat['p95'] * 1e3:.2f}/{lat['p99'] * 1e3:.2f}",
             f"{r.speedup_vs_serial:.2f}", f"{r.speedup_vs_numpy_1thread:.2f}", eff, ", ".join(flags) or "-",
