@@ -35,16 +35,13 @@ def _executions(s, run) -> int:
     """Sum tasks run during ``run()``: the scheduler's task stream, the tasks sent straight to the workers
     (``cluster/direct.py``) and the combines run in the client (``cluster/tails.py``), or dask's callbacks locally."""
     if s.engine.distributed:
-        from distributed import get_task_stream
-
         from openclaw_dask.cluster import here
 
         ran_here: list[int] = []
-        sent: list[dict] = []
-        with get_task_stream(s.client) as ts, here.streamed(sent.extend), here.watched(lambda ran: ran_here.extend(
+        with _tasks_run(s.client) as tasks, here.watched(lambda ran: ran_here.extend(
                 calls for name, (calls, _) in ran.items() if _is_sum(name))):
             run()
-        return sum(_is_sum(task["key"]) for task in [*ts.data, *sent]) + sum(ran_here)
+        return sum(_is_sum(task["key"]) for task in tasks) + sum(ran_here)
     from dask.callbacks import Callback
 
     ran = []

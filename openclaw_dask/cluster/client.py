@@ -188,13 +188,11 @@ class DistributedCluster(RunningCluster):
 def _path_told(running: DistributedCluster) -> Iterator[None]:
     """``running.path``: the path the block's compute took where it could go straight to the workers
     (:mod:`~openclaw_dask.cluster.direct`), and why; else ``None``."""
-    from openclaw_dask.cluster.paths import Choice
-
     direct, running.path = running.computing["direct"], None
-    before = None if direct is None else direct.computes
+    if direct is not None:
+        direct.last = None  # set again only where this compute asked it
     yield
-    if direct is not None and direct.computes != before and direct.last is not None:
-        running.path = Choice(direct.last[0], direct.last[1], None, None)
+    running.path = None if direct is None else direct.last
 
 
 def _computing(backend: Backend, config: Config, client: Client, scheduler: Scheduler | None) -> dict[str, Any]:

@@ -14,8 +14,8 @@ eighteenth pass).
 What qualifies (else the compute goes to the scheduler as before, nothing lost):
 
 - the session's scheduler runs in this process (it is asked where the data is without a round
-  trip) and its workers carry :class:`DirectRuns` (the process backend's do, and the thread backend's
-  in-process worker when its engine is distributed);
+  trip) and its workers carry :class:`DirectRuns` (the process backend's do, the CUDA backend's through it:
+  not yet run on a GPU, and the thread backend's in-process worker when its engine is distributed);
 - the graph has at most :data:`MAX_TASKS` tasks and no annotations (no pinned workers or
   resources), the compute pins none (``workers=``, ``resources=``), and the cluster does not adapt
   (the scheduler, seeing its workers idle, would retire them under the compute);
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from openclaw_dask.cluster.paths import SCHEDULER, WORKERS
+from openclaw_dask.cluster.paths import SCHEDULER, WORKERS, Choice
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -142,13 +142,11 @@ class Direct:
 
     def __init__(self, client: Client, scheduler: Scheduler) -> None:
         self.client, self.scheduler = client, scheduler
-        self.last: tuple[str, str] | None = None  # the path the last compute took, and why (a run summary's line)
-        self.computes = 0  # computes decided so far
+        self.last: Choice | None = None  # the path the last compute took, and why (a run summary's line)
 
     def results(self, arrays: list[Any], expr: Any, keys: list[Any], kwargs: Mapping[str, Any]) -> dict[Any, Any] | None:
         """The value of each of ``keys`` (``expr``'s, which computes ``arrays``), run on the workers holding what
         they read; ``None`` where the compute does not qualify or a worker declined: the scheduler's then."""
-        self.computes += 1
         graphs = [a.__dask_graph__() for a in arrays]
         if sum(map(len, graphs)) > MAX_TASKS:  # (its layers' sizes bound the graph before it is made: made once, there)
             return self._declined(f"over {MAX_TASKS} tasks")
@@ -164,7 +162,7 @@ class Direct:
 
     def _declined(self, why: str) -> dict[Any, Any] | None:
         """No results: the scheduler's run, for ``why``."""
-        self.last = (SCHEDULER, why)
+        self.last = Choice(SCHEDULER, why, None, None)
         return None
 
     async def _run(self, parts: list[Part]) -> dict[Any, Any] | None:
@@ -189,7 +187,7 @@ class Direct:
                              "status": "OK", "startstops": ({"action": "compute", "start": start, "stop": stop},)}
                             for key, thread, start, stop, read, wrote in ran]
         tell_stream(records)
-        self.last = (WORKERS, f"{len(records)} tasks on {len(where)} worker(s), no scheduling round")
+        self.last = Choice(WORKERS, f"{len(records)} tasks on {len(where)} worker(s), no scheduling round", None, None)
         return results
 
 

@@ -421,7 +421,7 @@ def _stream_tasks(stream: list[dict[str, Any]], record: RunRecord, inputs: dict[
         key = _key_text(r["key"])
         yield TaskRecord(
             key=key, group=_group(r["key"]), worker=r["worker"], thread=int(r.get("thread") or 0), start=start, stop=stop,
-            nbytes=int(r.get("nbytes") or 0), transfer_s=transfer, input_bytes=int(r["input_bytes"] if "input_bytes" in r else sum(inputs.get(key, (0, 0)))),
+            nbytes=int(r.get("nbytes") or 0), transfer_s=transfer, input_bytes=int(r.get("input_bytes", sum(inputs.get(key, (0, 0))))),
         )
 
 
