@@ -213,13 +213,16 @@ def _http_status(port: int, path: str) -> int:
 
 def test_dashboard_off_by_default_and_on_loopback_when_asked():
     # The scheduler's HTTP server (health, metrics) always runs, on the bind host and a free port.
+    # In-process workers get no dashboard of their own either (it imported bokeh: 0.2-1.3 s of the start).
     with openclaw_dask.session(workers=1, engine="distributed") as s:
         port = s.client.scheduler_info()["services"]["dashboard"]
         assert _http_status(port, "/health") == 200
         assert _http_status(port, "/status") == 404
+        assert [w._dashboard for w in s.cluster.workers.values()] == [False]
     with openclaw_dask.session(workers=1, dashboard=True) as s:
         assert s.client.dashboard_link.startswith("http://127.0.0.1:")
         assert _http_status(s.client.scheduler_info()["services"]["dashboard"], "/status") == 200
+        assert [w._dashboard for w in s.cluster.workers.values()] == [True]
 
 
 @pytest.mark.parametrize("watched", [{}, {"dashboard": True}, {"prometheus": True}])

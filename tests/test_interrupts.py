@@ -58,7 +58,7 @@ JOB = textwrap.dedent("""\
 # expected exit status per signal; SIGTERM is 128 + 15 (the session turns it into an exit that unwinds)
 EXIT = {"SIGINT": 130, "SIGINT twice": 130, "SIGTERM": 128 + signal.SIGTERM, "SIGKILL": -signal.SIGKILL}
 # The issue's bound is 2 s; the hook itself holds a start or a close 0.5 s. Interrupted during a
-# cluster's start, the start is finished first and the cluster then closed (cluster/starting.py interruptible).
+# cluster's start, the workers being started are killed and what started is closed (cluster/starting.py interruptible).
 HOLD_S = 0.5
 NOISE = ("Traceback", "KeyboardInterrupt", "WARNING", "ERROR", "Failed to remove", "AllExit", "Exception")
 
@@ -164,6 +164,31 @@ def test_worker_processes_start_with_ctrl_c_blocked_and_ignore_it(tmp_path):
         """))
     r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=90, check=False)
     assert r.stdout.split() == ["True", "True"] * 2, r.stdout + r.stderr
+
+
+def test_an_interrupted_start_kills_only_the_worker_processes_started_since():
+    """What an interrupted start kills (cluster/starting.py): spawned workers, not the user's processes nor older ones."""
+    import multiprocessing
+
+    from openclaw_dask.cluster.starting import stop_new_workers
+
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    older = subprocess.Popen(sleep)
+    kill = stop_new_workers()
+    other = subprocess.Popen(sleep)  # the user's own, started beside the cluster
+    worker = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,))
+    worker.start()
+    try:
+        kill()
+        worker.join(10)
+        assert worker.exitcode == -signal.SIGKILL
+        assert older.poll() is None and other.poll() is None
+    finally:
+        for p in (older, other):
+            p.kill()
+            p.wait()
+        worker.kill()
+        worker.join()
 
 
 def test_ctrl_c_as_the_worker_processes_spawn_is_one_line(tmp_path):

@@ -15,6 +15,7 @@ threads never oversubscribe the cores; with ``hybrid`` each has one task thread 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import threading
@@ -46,7 +47,7 @@ from openclaw_dask.cluster.network import (
 from openclaw_dask.cluster.running import RunningCluster, ThreadedEngine
 from openclaw_dask.cluster.security import security_for, tls_plan
 from openclaw_dask.cluster.settings import dask_settings, listed
-from openclaw_dask.cluster.starting import first_cause, interruptible
+from openclaw_dask.cluster.starting import first_cause, interruptible, stop_new_workers
 from openclaw_dask.cluster.worker_shape import blas_threads, task_threads, worker_processes
 from openclaw_dask.errors import ClusterStartError, ConfigError
 
@@ -123,10 +124,13 @@ class LocalBackend(Backend):
         _warn_oversubscribed(kwargs["n_workers"] * max(kwargs["threads_per_worker"], blas_threads(config)))
         http = kwargs["scheduler_kwargs"]["dashboard_address"]
         require_http_port(config, http)  # a fixed port that is taken: one line, not another port
+        if not kwargs["processes"] and not dashboard_on(config, self):
+            kwargs["worker_class"] = _worker_without_dashboard()
         logger.info("starting %s cluster: %s", self.name, kwargs)
         with contextlib.ExitStack() as undo:  # Ctrl-C while starting closes what started, here
             try:
-                cluster = interruptible(lambda: _all_started(self.cluster_class()(**kwargs)), config.parallel.timeout)
+                cluster = interruptible(lambda: _all_started(self.cluster_class()(**kwargs)), config.parallel.timeout,
+                                        abort=stop_new_workers())
             except Exception as e:  # distributed raises many types for a failed start
                 raise ClusterStartError(f"could not start the {self.name} cluster ({first_cause(e)})") from e
             undo.callback(cluster.close)
@@ -157,6 +161,23 @@ def _all_started(cluster: Any) -> Any:
         cluster.close()
         raise
     return cluster
+
+
+@functools.cache
+def _worker_without_dashboard() -> type:
+    """distributed's in-process ``Worker``, never with a dashboard of its own (nobody would be shown it).
+
+    ``LocalCluster`` turns a worker's dashboard on whenever it is told where the worker's HTTP server
+    listens, which an inproc cluster must be (it would listen on every interface otherwise); the
+    dashboard then imports bokeh as the worker starts (0.2-0.5 s).
+    """
+    from distributed import Worker
+
+    class UnwatchedWorker(Worker):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **{**kwargs, "dashboard": False})
+
+    return UnwatchedWorker
 
 
 def _hand_to_cluster(kwargs: dict[str, Any], settings: dict[str, Any]) -> None:

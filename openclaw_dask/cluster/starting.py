@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
+from concurrent import futures
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 from openclaw_dask.errors import first_line, shorten
 
-__all__ = ["first_cause", "interruptible"]
+__all__ = ["first_cause", "interruptible", "stop_new_workers"]
 
 
 def first_cause(error: BaseException) -> str:
@@ -22,12 +24,13 @@ def first_cause(error: BaseException) -> str:
     return shorten(first_line(error), 300)
 
 
-def interruptible(make: Callable[[], Any], wait: float) -> Any:
+def interruptible(make: Callable[[], Any], wait: float, abort: Callable[[], None] | None = None) -> Any:
     """``make()`` a cluster in a helper thread; if Ctrl-C (or SIGTERM) ends the wait, close it once started.
 
     Called in this thread, distributed's ``sync`` would cancel the start half way on Ctrl-C, leaving
     nannies that neither it nor its exit hook can close (a traceback at exit, and a worker
-    process left running).
+    process left running). ``abort``, called on Ctrl-C every 50 ms until the start ends, cuts it
+    short (see :func:`stop_new_workers`): otherwise the wait lasts as long as the workers take to start.
     """
     started: Future[Any] = Future()  # made before the thread: a Ctrl-C from its first instruction on finds it
 
@@ -41,9 +44,38 @@ def interruptible(make: Callable[[], Any], wait: float) -> Any:
         threading.Thread(target=run, name="openclaw-start", daemon=True).start()
         return started.result()
     except (KeyboardInterrupt, SystemExit):
+        deadline = time.monotonic() + wait
+        while abort is not None and not started.done() and time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                abort()  # again until the start ends: the workers may not have been started yet
+            futures.wait([started], timeout=0.05)
         with contextlib.suppress(Exception):  # a start that failed has closed itself
             started.result(timeout=wait).close()
         raise
+
+
+def stop_new_workers() -> Callable[[], None]:
+    """A call that kills the worker processes this process starts from now on, for an interrupted start.
+
+    Each spawned worker imports distributed, dask and NumPy before it can take part (1-2 s on a
+    slow host); killed, its nanny's start fails at once ("Nanny failed to start") and the
+    cluster closes what did start. A worker process is told by its command line: multiprocessing's
+    ``spawn_main`` (spawn, forkserver) or this process's own (fork). Other children (a process of
+    the user's, multiprocessing's resource tracker) are left alone; so is every process older than this call.
+    """
+    import psutil
+
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    own = me.cmdline()
+
+    def kill() -> None:
+        for child in me.children(recursive=True):
+            with contextlib.suppress(psutil.Error):  # gone already
+                if child.pid not in before and ("spawn_main" in " ".join(cmd := child.cmdline()) or cmd == own):
+                    child.kill()
+
+    return kill
 
 
 def _without_sigint(make: Callable[[], Any]) -> Any:
