@@ -169,7 +169,7 @@ def _worker_without_dashboard() -> type:
 
     ``LocalCluster`` turns a worker's dashboard on whenever it is told where the worker's HTTP server
     listens, which an inproc cluster must be (it would listen on every interface otherwise); the
-    dashboard then imports bokeh as the worker starts (0.2-0.5 s).
+    dashboard then imports bokeh as the worker starts (1.3 s on a slow host).
     """
     from distributed import Worker
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from concurrent import futures
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import wait as wait_for
 from typing import Any
 
 from openclaw_dask.errors import first_line, shorten
@@ -48,7 +48,7 @@ def interruptible(make: Callable[[], Any], wait: float, abort: Callable[[], None
         while abort is not None and not started.done() and time.monotonic() < deadline:
             with contextlib.suppress(Exception):
                 abort()  # again until the start ends: the workers may not have been started yet
-            futures.wait([started], timeout=0.05)
+            wait_for([started], timeout=0.05)
         with contextlib.suppress(Exception):  # a start that failed has closed itself
             started.result(timeout=wait).close()
         raise
