@@ -78,12 +78,13 @@ class Trial:
     def median_s(self) -> float:
         return statistics.median(self.times) if self.times else math.inf
 
-    def cost_s(self, runs: int) -> float:
-        """Seconds that a session of ``runs`` more samples should take, from what it has cost so far."""
+    def cost_s(self, runs: int, *, slowest: bool = False) -> float:
+        """Seconds that a session of ``runs`` more samples should take, from what it has cost so far: each run
+        at the median, or at the slowest yet (what the search keeps in hand for the test, on a noisy machine)."""
         if not self.calls:
             return 0.0
         start = max(0.0, self.wall_s - sum(self.times) - sum(self.confirm)) / self.calls  # a session's start and end
-        return start + runs * self.median_s
+        return start + runs * (max(self.times) if slowest and self.times else self.median_s)
 
     def to_dict(self) -> dict[str, Any]:
         return {"overrides": self.overrides, "label": self.label, "times_s": self.times,
@@ -280,9 +281,12 @@ def _search(everyone: list[Trial], baseline: Trial, run: Callable[..., None], le
 
 
 def _reserve(everyone: list[Trial], baseline: Trial) -> float:
-    """What confirming should cost: a session of the likeliest leader's runs and one of the current config's."""
+    """What confirming should cost: a session of the likeliest leader's runs and one of the current config's, each run
+    as slow as its slowest yet (a CI run on a loaded host once took 145-531 ms a run, median 178: the search, counting
+    medians, left the test too little, and tune wrote nothing)."""
     lead = min((t for t in everyone if t.times and t is not baseline), key=lambda t: t.median_s, default=None)
-    return baseline.cost_s(_base_runs(baseline, CONFIRM_RUNS)) + (lead.cost_s(CONFIRM_RUNS) if lead else 0.0)
+    return (baseline.cost_s(_base_runs(baseline, CONFIRM_RUNS), slowest=True)
+            + (lead.cost_s(CONFIRM_RUNS, slowest=True) if lead else 0.0))
 
 
 def _next_cost(everyone: list[Trial], trial: Trial, runs: int) -> float:
@@ -290,7 +294,7 @@ def _next_cost(everyone: list[Trial], trial: Trial, runs: int) -> float:
     if runs <= 0 or trial.error:
         return 0.0
     if trial.calls:
-        return trial.cost_s(runs)
+        return trial.cost_s(runs, slowest=True)
     return max((t.wall_s / t.calls for t in everyone if t.calls), default=0.0)
 
 
