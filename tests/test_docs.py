@@ -30,12 +30,11 @@ def test_getting_started_commands_run_as_written(tmp_path):
     assert any("pip install -e ." in line for line in install)  # .ci/run does that part itself
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("OPENCLAW_CONFIG", None)
-    outputs = {}
+    outputs, previous = {}, ""  # the last step's output: what led to a failing one
     for line in (line for block in steps for line in block):
         r = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
-        before = "".join(f"$ {done}\n{out[-1500:]}" for done, out in list(outputs.items())[-1:])  # what led here
-        assert r.returncode == 0, f"{before}$ {line}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
-        outputs[line] = r.stdout
+        assert r.returncode == 0, f"{previous}$ {line}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+        outputs[line], previous = r.stdout, f"$ {line}\n{r.stdout[-1500:]}"
     assert (tmp_path / "openclaw_config.yaml").is_file() and (tmp_path / "profile.html").stat().st_size > 100_000
     planted = "openclaw profile --size 256MiB --set parallel.task_chunk_size=64KiB --html profile.html"
     assert "overhead-bound" in outputs[planted]
