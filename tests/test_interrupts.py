@@ -392,6 +392,14 @@ def test_teardown_noise_is_dropped_and_nothing_else():
     assert not _FILTER.filter(record("tornado.application", callback, unset, (functools.partial(sync()),)))
     assert _FILTER.filter(record("tornado.application", callback, ValueError("a real failure"), (functools.partial(sync()),)))
     assert _FILTER.filter(record("tornado.application", callback, unset, (functools.partial(print),)))
+    # a broadcast (a plugin added as the session starts) that met its worker closing, and its task collected unretrieved
+    closed = CommClosedError("in <TCP (closed) Scheduler Broadcast>: Stream is closed")
+    assert not _FILTER.filter(record("distributed.scheduler", f"broadcast to tcp://127.0.0.1:1 failed: CommClosedError: {closed}", args=()))
+    assert _FILTER.filter(record("distributed.scheduler", "broadcast to tcp://127.0.0.1:1 failed: OSError: Timed out", args=()))
+    unretrieved = "Task exception was never retrieved\nfuture: <Task finished coro=<Scheduler.broadcast.<locals>.send_message()>>"
+    assert not _FILTER.filter(record("asyncio", unretrieved, closed, args=()))
+    assert _FILTER.filter(record("asyncio", unretrieved, ValueError("a real failure"), args=()))
+    assert _FILTER.filter(record("asyncio", unretrieved.replace("Scheduler.broadcast", "user_code"), closed, args=()))
 
 
 

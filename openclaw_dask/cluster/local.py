@@ -278,9 +278,11 @@ class InlinePool(Executor):
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         future: Future[Any] = Future()
         try:
-            future.set_result(self._pool._timed(fn, args, kwargs))
+            result = self._pool._timed(fn, args, kwargs)
         except BaseException as e:  # noqa: BLE001  (handed to dask through the future, as its SynchronousExecutor does)
             future.set_exception(e)
+        else:  # a Ctrl-C inside set_result (it notifies waiters) finds the future finished: it goes up as it is
+            future.set_result(result)
         return future
 
 

@@ -7,7 +7,8 @@ itself says "should exclusively happen in Worker.close()") and every wait of a g
 stop cut short (``Task exception was never retrieved ... AllExit``, distributed's internal
 signal for "stop waiting"), a worker's heartbeat that met its scheduler closing, and a worker
 whose reply to a peer's data request met that peer closed (``failed during get data``), and a
-connection the stop left open, closed when it is collected (``Closing dangling stream``), and the
+connection the stop left open, closed when it is collected (``Closing dangling stream``), a
+scheduler's broadcast to a worker that was closing (``broadcast to ... failed``), and the
 ``NameError`` distributed's ``sync`` logs when Ctrl-C lands before its call began. Installed
 in openclaw's own worker processes (their scheduler is in the session's process), in the
 scheduler and worker tasks of an srun step, and in the session's process. Nothing else is filtered.
@@ -37,8 +38,22 @@ class _TeardownNoise(logging.Filter):
             return not str(record.msg).startswith("Closing dangling stream")
         if record.name == "tornado.application":  # a call cut short by Ctrl-C before it began (distributed's sync)
             return not (_exc_name(record) == "NameError" and "sync.<locals>.cancel" in record.getMessage())
+        if record.name in ("distributed.scheduler", "asyncio") and _broadcast_cut(record):
+            return False
         exc = record.exc_info[1] if record.exc_info else None
         return type(exc).__name__ != "AllExit" or type(exc).__module__ != "distributed.client"
+
+
+def _broadcast_cut(record: logging.LogRecord) -> bool:
+    """A scheduler's message to every worker (a plugin added, a function run) that met a worker closed.
+
+    Its caller is told (raised or returned); the scheduler also logs it, and where the stop cancelled
+    that caller, asyncio logs the unretrieved error again as the task is collected (seen in CI under Slurm).
+    """
+    message = str(record.msg)
+    if record.name == "distributed.scheduler":
+        return message.startswith("broadcast to ") and ": CommClosedError: " in message
+    return _exc_name(record) == "CommClosedError" and "Scheduler.broadcast.<locals>.send_message" in record.getMessage()
 
 
 def _exc_name(record: logging.LogRecord) -> str:
@@ -50,7 +65,8 @@ _FILTER = _TeardownNoise("openclaw-teardown")
 
 def install() -> None:
     """Put the filter on the loggers it reads, once per process."""
-    for name in ("distributed.worker.state_machine", "distributed.worker", "distributed.comm.tcp", "asyncio", "tornado.application"):
+    for name in ("distributed.worker.state_machine", "distributed.worker", "distributed.comm.tcp", "distributed.scheduler", "asyncio",
+                 "tornado.application"):
         log = logging.getLogger(name)
         if _FILTER not in log.filters:
             log.addFilter(_FILTER)
