@@ -276,6 +276,8 @@ def _plugins(running: DistributedCluster, plugins: list[Any]) -> Iterator[None]:
     """Register worker plugins (one mechanism for every backend; they survive worker restarts)."""
     for plugin in plugins:
         running.client.register_plugin(plugin)
+    for plugin in plugins:  # what a plugin does once all of them are set up on every worker (peer_reads.PeerReads)
+        getattr(plugin, "registered", _no_hook)(running.client)
     try:
         yield
     finally:
@@ -283,6 +285,10 @@ def _plugins(running: DistributedCluster, plugins: list[Any]) -> Iterator[None]:
             for plugin in plugins:  # someone else's workers: leave them as they were
                 with contextlib.suppress(Exception):
                     running.client.unregister_worker_plugin(plugin.name)
+
+
+def _no_hook(client: Client) -> None:
+    return None
 
 
 def _table(scheduler: Scheduler) -> dict[str, dict[str, Any]]:

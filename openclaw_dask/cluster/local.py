@@ -433,10 +433,11 @@ class ProcessBackend(LocalBackend):
 
     def worker_plugins(self, config: Config) -> list[Any]:
         from openclaw_dask.cluster.direct import DirectRuns
+        from openclaw_dask.cluster.peer_reads import PeerReads
         from openclaw_dask.cluster.plugins import BlasThreads, QuickExit, QuietNanny
 
         quiet = [] if dashboard_on(config, self) else [QuietNanny()]  # its nannies run in this process
-        return [*super().worker_plugins(config), BlasThreads(blas_threads(config)), QuickExit(), DirectRuns(), *quiet]
+        return [*super().worker_plugins(config), BlasThreads(blas_threads(config)), QuickExit(), DirectRuns(), PeerReads(), *quiet]
 
     def dask_settings(self, config: Config) -> dict[str, Any]:
         from openclaw_dask.cluster.settings import add_preload
