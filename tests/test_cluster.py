@@ -336,6 +336,17 @@ def test_process_nannies_are_never_reaped_by_the_cluster():
     assert dask_settings(mine)["distributed.deploy.lost-worker-timeout"] == "20s"  # the dask: section still wins
 
 
+def test_the_scheduler_of_worker_processes_starts_from_a_loopback_rate_and_the_dask_section_still_wins():
+    # distributed's 100 MB/s made moving model-parallel-matmul's 32 MiB weights look dearer than one core doing all
+    from openclaw_dask.cluster.local import LOOPBACK_BANDWIDTH
+
+    with openclaw_dask.session(backend="process", workers=1) as s:
+        assert s.running.scheduler.bandwidth == LOOPBACK_BANDWIDTH
+    with openclaw_dask.session(load_config(None, {"backend": "process", "workers": 1, "dask.distributed.scheduler.bandwidth": "500MB"},
+                                           env={})) as s:
+        assert s.running.scheduler.bandwidth == 500e6
+
+
 def test_shutting_a_cluster_down_closes_its_workers_before_its_scheduler():
     """A heartbeat in flight when the scheduler stops breaks, and its worker logs a traceback (seen under mpirun)."""
     from distributed import Client, LocalCluster

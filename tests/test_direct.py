@@ -21,7 +21,7 @@ from dask._task_spec import Task, TaskRef
 
 import openclaw_dask
 from openclaw_dask.cluster import here
-from openclaw_dask.cluster.direct import MAX_TASKS, DirectRuns, Part, activity, placed, split
+from openclaw_dask.cluster.direct import MAX_TASKS, DirectRuns, Part, _too_much, activity, fetches, placed, split, spread
 
 
 def _graph(*tasks: Task) -> dict:
@@ -56,12 +56,22 @@ def test_graphs_the_scheduler_must_place_do_not_split():
     assert "branch" in split(_graph(reads, twice, Task(("u", 0), abs, TaskRef(("a", 0)))), [("t", 0), ("u", 0)])  # fan-out
 
 
-def _scheduler(**held: tuple[str, ...]) -> SimpleNamespace:
-    tasks = {key: SimpleNamespace(state="memory", who_has=[SimpleNamespace(address=a) for a in where]) for key, where in held.items()}
-    return SimpleNamespace(tasks=tasks)
+class _Worker(SimpleNamespace):
+    __hash__ = object.__hash__  # a member of who_has sets
 
 
-def test_each_part_goes_to_a_worker_holding_all_it_reads():
+def _scheduler(nthreads: int = 1, durations: dict | None = None, **held: tuple[str, ...]) -> SimpleNamespace:
+    """A scheduler-like object: what placement reads (8-byte blocks held where ``held`` says, at 1 GB/s)."""
+    from distributed.core import Status
+
+    workers = {a: _Worker(address=a, nthreads=nthreads, status=Status.running, memory_limit=64) for a in ("w1", "w2")}
+    tasks = {key: SimpleNamespace(state="memory", who_has={workers[a] for a in where}, get_nbytes=lambda: 8)
+             for key, where in held.items()}
+    prefixes = {name: SimpleNamespace(duration_average=d) for name, d in (durations or {}).items()}
+    return SimpleNamespace(tasks=tasks, workers=workers, task_prefixes=prefixes, bandwidth=1e9)
+
+
+def test_each_part_goes_to_the_worker_holding_most_of_what_it_reads():
     parts = [Part((), (f"x{i}",), (f"a{i}",)) for i in range(4)]
     both = _scheduler(**{f"x{i}": ("w1", "w2") for i in range(4)})
     where = placed(both, parts)
@@ -69,12 +79,31 @@ def test_each_part_goes_to_a_worker_holding_all_it_reads():
     split_up = _scheduler(x0=("w1",), x1=("w2",), x2=("w1",), x3=("w2",))
     assert {a: [p.reads for p in ps] for a, ps in placed(split_up, parts).items()} == {
         "w1": [("x0",), ("x2",)], "w2": [("x1",), ("x3",)]}
-    apart = [Part((), ("x0", "x1"), ("a",))]
-    assert "different workers" in placed(split_up, apart)  # data on two workers: the scheduler moves it
+    apart = Part((), ("x0", "x1", "x2"), ("a",))  # on two workers: where most of it is, the rest fetched
+    assert placed(split_up, [apart]) == {"w1": [apart]} and fetches(split_up, apart, "w1") == {"x1": "w2"}
     waiting = _scheduler(x0=("w1",))
     waiting.tasks["x0"].state = "processing"
     assert "not yet in the workers' memory" in placed(waiting, parts[:1])
     assert "not yet in the workers' memory" in placed(waiting, [Part((), ("unknown",), ("a",))])
+
+
+def test_parts_that_would_wait_for_a_thread_go_to_idle_ones_when_their_tasks_outlast_the_fetch():
+    task = SimpleNamespace(key=("matmul-2fad0ca660a708356fd2c035e25e169a", 0))  # of the prefix "matmul"
+    parts = [Part((task,), (f"x{i}",), (f"a{i}",)) for i in range(3)]
+    on_one = {f"x{i}": ("w1",) for i in range(3)}
+    slow = _scheduler(durations={"matmul": 0.1}, **on_one)
+    where = spread(slow, placed(slow, parts))
+    assert {a: len(ps) for a, ps in where.items()} == {"w1": 2, "w2": 1}  # w2's one thread takes one; the third waits
+    assert fetches(slow, where["w2"][0], "w2") == {where["w2"][0].reads[0]: "w1"}
+    unmeasured = _scheduler(**on_one)
+    assert {a: len(ps) for a, ps in spread(unmeasured, placed(unmeasured, parts)).items()} == {"w1": 3}
+    quick = _scheduler(durations={"matmul": 1e-9}, **on_one)  # 8 bytes at 1 GB/s take longer than the task
+    assert {a: len(ps) for a, ps in spread(quick, placed(quick, parts)).items()} == {"w1": 3}
+    wide = _scheduler(nthreads=3, durations={"matmul": 0.1}, **on_one)  # no part waits
+    assert {a: len(ps) for a, ps in spread(wide, placed(wide, parts)).items()} == {"w1": 3}
+    # what a worker fetches is held outside what it manages: over a quarter of its memory limit, the scheduler moves it
+    assert _too_much(slow, {"w2": {"x0": "w1", "x1": "w1"}}) is None  # 16 bytes of 64
+    assert "over a quarter of its memory limit" in _too_much(slow, {"w2": {"x0": "w1", "x1": "w1", "x2": "w1"}})
 
 
 def _with(data: dict, status: str = "running") -> SimpleNamespace:
@@ -161,6 +190,22 @@ def test_computes_that_need_the_scheduler_still_go_to_it(process_session):
         y = x + 1
     value, scheduled, sent = _tasks_seen(s, lambda: s.compute(y.sum()))
     assert value == (a + 1).sum() and scheduled and not sent  # annotated: the scheduler reads annotations
+
+
+def test_a_compute_whose_data_lies_on_one_worker_runs_on_both_and_equals_numpy(process_session):
+    """Its second half fetches what it reads from the first worker (read out of its memory where the workers may)."""
+    s = process_session
+    c = s.client
+    first = sorted(c.scheduler_info()["workers"])[0]
+    x = c.persist(s.array((2048, 512), "float64", fill="arange", chunks=(1024, 512)), workers=[first])
+    w = c.persist(s.array((512, 512), "float64", fill="ones", chunks=-1), workers=[first])
+    distributed.wait([x, w])
+    c.compute(np.sin(x[:, ::-1] @ w) @ w).result()  # the scheduler measures the products (other keys: nothing kept)
+    value, scheduled, sent = _tasks_seen(s, lambda: s.compute(np.sin(x @ w) @ w))  # two chains of two products
+    a = np.arange(2048 * 512, dtype="float64").reshape(2048, 512)
+    np.testing.assert_allclose(value, np.sin(a @ np.ones((512, 512))) @ np.ones((512, 512)), rtol=1e-12)
+    assert not scheduled and {r["worker"] for r in sent} == set(c.scheduler_info()["workers"]), sent
+    assert any(st["action"] == "transfer" for r in sent for st in r["startstops"])  # the fetch, as its first task's transfer
 
 
 def _fails(block):

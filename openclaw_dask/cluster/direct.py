@@ -23,6 +23,15 @@ What qualifies (else the compute goes to the scheduler as before, nothing lost):
   workers, all of it on one worker; a part that reads nothing held, or data on two workers, needs
   the scheduler to place it or to move data.
 
+A part that would wait for a busy worker's threads while another worker's idle goes to that other
+worker, which first fetches what it reads from the holder (:func:`spread`; read out of the holder's
+memory where the workers may, cluster/peer_reads.py), if its tasks (at their durations as the scheduler
+measured them) take longer than the fetch: model-parallel-matmul's weights and rows all on one
+worker (distributed's active memory manager drops replicas every 2 s) ran its two halves there, one
+after the other, 440-460 ms against 230 spread (docs/benchmarks.md, twentieth pass); the scheduler
+itself would run them there too (it places a task only on a worker holding some of its inputs, and does
+not steal under 0.4 s of work).
+
 A worker answers for all it was sent or for none: paused at its memory limit or closing, missing
 a key (moved, lost), or a task raising, and the whole compute runs on the scheduler instead, which
 then reports a task's error, retries and recoveries as it always does. The task threads are the
@@ -50,7 +59,7 @@ if TYPE_CHECKING:
 
     from distributed import Client, Scheduler, Worker
 
-__all__ = ["MAX_TASKS", "Direct", "DirectRuns", "Part", "activity", "placed", "split"]
+__all__ = ["MAX_TASKS", "Direct", "DirectRuns", "Part", "activity", "fetches", "placed", "split", "spread"]
 
 OP = "openclaw_direct"  # the workers' handler
 MAX_TASKS = 4096  # a bigger graph goes to the scheduler: splitting it here would cost what it saves
@@ -113,22 +122,56 @@ def split(graph: Mapping[Any, Any], outputs: Iterable[Any]) -> list[Part] | str:
 
 
 def placed(scheduler: Scheduler, parts: list[Part]) -> dict[str, list[Part]] | str:
-    """Each part under the address of a worker holding all it reads (the least loaded of several), else why some
-    part has no such worker. Run on the scheduler's event loop."""
+    """Each part under the address of the worker holding the most bytes of what it reads (the least loaded of
+    several), else why some part cannot go straight to a worker. Run on the scheduler's event loop."""
+    from collections import Counter
+
     load: dict[str, list[Part]] = {}
     for part in parts:
-        common: set[str] | None = None
+        held: Counter[str] = Counter()
         for key in part.reads:
             ts = scheduler.tasks.get(key)
-            if ts is None or ts.state != "memory":
+            if ts is None or ts.state != "memory" or not ts.who_has:
                 return "it reads data not yet in the workers' memory"
-            holders = {ws.address for ws in ts.who_has or ()}
-            common = holders if common is None else common & holders
-            if not common:
-                return "a task reads blocks held by different workers"
-        address = min(sorted(common or ()), key=lambda a: len(load.get(a, ())))
+            for ws in ts.who_has:
+                held[ws.address] += ts.get_nbytes()
+        address = max(sorted(held), key=lambda a: (held[a], -len(load.get(a, ()))))
         load.setdefault(address, []).append(part)
     return load
+
+
+def spread(scheduler: Scheduler, load: dict[str, list[Part]]) -> dict[str, list[Part]]:
+    """``load`` with the parts that would wait for a busy worker's threads moved to idle threads of other workers,
+    where their tasks (at the durations the scheduler measured) take longer than fetching what they read there.
+    Unmeasured tasks count as free: they stay where their data is."""
+    from dask.utils import key_split
+    from distributed.core import Status
+
+    spare = {address: ws.nthreads - len(load.get(address, ())) for address, ws in scheduler.workers.items()
+             if ws.status == Status.running and ws.nthreads > len(load.get(address, ()))}
+    prefixes = scheduler.task_prefixes
+    for address, parts in list(load.items()):
+        for part in parts[scheduler.workers[address].nthreads:]:
+            if not spare:
+                return load
+            thief = next(iter(spare))
+            moved = sum(scheduler.tasks[key].get_nbytes() for key in fetches(scheduler, part, thief))
+            saved = sum(max(prefixes[p].duration_average, 0.0) for t in part.tasks if (p := key_split(t.key)) in prefixes)
+            if saved <= moved / scheduler.bandwidth:
+                continue
+            load[address].remove(part)
+            load.setdefault(thief, []).append(part)
+            spare[thief] -= 1
+            if not spare[thief]:
+                del spare[thief]
+    return load
+
+
+def fetches(scheduler: Scheduler, part: Part, address: str) -> dict[Any, str]:
+    """What ``part`` reads that the worker at ``address`` does not hold, each under a worker that holds it."""
+    ws = scheduler.workers.get(address)
+    holders = {key: scheduler.tasks[key].who_has or set() for key in part.reads}
+    return {key: min(w.address for w in where) for key, where in holders.items() if ws not in where}
 
 
 class Direct:
@@ -173,22 +216,41 @@ class Direct:
         where = placed(self.scheduler, parts)
         if isinstance(where, str):
             return self._declined(where)
+        where = spread(self.scheduler, where)
+        fetch = {address: {k: w for part in sent for k, w in fetches(self.scheduler, part, address).items()} for address, sent in where.items()}
+        if (crowded := _too_much(self.scheduler, fetch)) is not None:
+            return self._declined(crowded)
         rpc = self.client.rpc
-        replies = await asyncio.gather(*(rpc(address).openclaw_direct(parts=ToPickle(sent)) for address, sent in where.items()))
+        replies = await asyncio.gather(*(rpc(address).openclaw_direct(parts=ToPickle(sent), fetch=ToPickle(fetch[address]))
+                                         for address, sent in where.items()))
         if any(reply.get("status") != "OK" for reply in replies):
             answers = sorted({reply["status"] for reply in replies} - {"OK"})
             return self._declined(f"a worker answered {' and '.join(answers)} (paused, missing a key, or a task raised)")
         results: dict[Any, Any] = {}
-        records = []  # as the scheduler's task stream has them, with the bytes each task read
+        records: list[dict[str, Any]] = []  # as the scheduler's task stream has them, with the bytes each task read
         for address, reply in zip(where, replies, strict=True):
+            first = len(records)
             for values, ran in reply["results"]:
                 results.update(values)
                 records += [{"key": key, "worker": address, "thread": thread, "nbytes": wrote, "input_bytes": read,
                              "status": "OK", "startstops": ({"action": "compute", "start": start, "stop": stop},)}
                             for key, thread, start, stop, read, wrote in ran]
+            if reply.get("fetched") and len(records) > first:  # what it fetched from other workers: its first task's transfer
+                start, stop = reply["fetched"]
+                records[first]["startstops"] = ({"action": "transfer", "start": start, "stop": stop}, *records[first]["startstops"])
         tell_stream(records)
         self.last = Choice(WORKERS, f"{len(records)} tasks on {len(where)} worker(s), no scheduling round", None, None)
         return results
+
+
+def _too_much(scheduler: Scheduler, fetch: dict[str, dict[Any, str]]) -> str | None:
+    """Why a worker should not fetch so much for one direct run, or ``None``: over a quarter of its memory limit, what
+    it fetches is held outside what the worker manages (never spilled); the scheduler's transfers are managed."""
+    for address, wanted in fetch.items():
+        nbytes, limit = sum(scheduler.tasks[key].get_nbytes() for key in wanted), scheduler.workers[address].memory_limit
+        if limit and nbytes > limit / 4:
+            return f"a worker would fetch {nbytes / 2**20:.0f} MiB, over a quarter of its memory limit"
+    return None
 
 
 def _annotated(graphs: list[Any]) -> bool:
@@ -209,16 +271,21 @@ class DirectRuns(WorkerPlugin):
     def teardown(self, worker: Worker) -> None:
         worker.handlers.pop(OP, None)
 
-    async def run(self, parts: list[Part]) -> dict[str, Any]:
-        """Each part's outputs and its tasks' timings, or a status other than ``"OK"`` (then nothing ran)."""
+    async def run(self, parts: list[Part], fetch: dict[Any, str] | None = None) -> dict[str, Any]:
+        """Each part's outputs and its tasks' timings, or a status other than ``"OK"`` (then nothing ran); ``fetch``:
+        the keys the parts read that other workers hold, and where."""
         from distributed.core import Status
         from distributed.protocol import to_serialize
 
         worker = self.worker
         if worker.status != Status.running:  # paused at its memory limit, or closing
             return {"status": "busy"}
-        try:
-            inputs = [{key: worker.data[key] for key in part.reads} for part in parts]  # on the loop, as the worker does
+        got = await _fetched(worker, fetch) if fetch else ({}, None)
+        if got is None:
+            return {"status": "missing"}
+        fetched, span = got
+        try:  # on the loop, as the worker reads its data
+            inputs = [{key: fetched[key] if key in fetched else worker.data[key] for key in part.reads} for part in parts]
         except KeyError:
             return {"status": "missing"}
         loop = asyncio.get_running_loop()
@@ -233,7 +300,31 @@ class DirectRuns(WorkerPlugin):
             _ACTIVITY[1] -= len(parts)
         if any(d is None for d in done):
             return {"status": "failed"}
-        return {"status": "OK", "results": to_serialize(done)}
+        return {"status": "OK", "results": to_serialize(done), "fetched": span}
+
+
+async def _fetched(worker: Worker, fetch: dict[Any, str]) -> tuple[dict[Any, Any], tuple[float, float]] | None:
+    """The values of ``fetch``'s keys, each asked of the worker that holds it (distributed's own request, read out of
+    that worker's memory where the workers may: peer_reads.py), and when the fetch began and ended; ``None`` where
+    one is missing or its holder busy. Kept for this run only: this worker's state machine never hears of them."""
+    import distributed.worker
+
+    holders: dict[str, list[Any]] = {}
+    for key, address in fetch.items():
+        holders.setdefault(address, []).append(key)
+    start = time.time()
+    try:
+        replies = await asyncio.gather(*(distributed.worker.get_data_from_worker(worker.rpc, keys, address, who=worker.address)
+                                         for address, keys in holders.items()))
+    except OSError:
+        return None
+    if any(reply["status"] != "OK" or len(reply["data"]) < len(holders[address])
+           for address, reply in zip(holders, replies, strict=True)):
+        return None
+    stop, values = time.time(), dict[Any, Any]()
+    for reply in replies:
+        values.update(reply["data"])  # type: ignore[typeddict-item]  # every status was OK
+    return values, (start, stop)
 
 
 _ACTIVITY = [0, 0]  # in a worker: direct runs started, parts running now (read by the heap keeper, plugins.py)

@@ -413,6 +413,10 @@ class ThreadBackend(LocalBackend):
         return {"distributed.dashboard.link": "{scheme}://" + bind_host(config) + ":{port}/status"}
 
 
+LOOPBACK_BANDWIDTH = 2**30  # bytes/s between two worker processes of one host, at the least: 1.5-5.3 GiB/s measured
+# (loopback TCP on the AMD host; blocks read out of a peer on the Intel one: benchmarks/worker_transfer.py)
+
+
 class ProcessBackend(LocalBackend):
     """``process``: ``workers`` worker processes under nannies, shaped by ``omp_threads`` and ``hybrid``."""
 
@@ -447,10 +451,14 @@ class ProcessBackend(LocalBackend):
         # recovered from: a worker that crashes again while restarting then never comes back,
         # and a run waiting for it hangs (seen under chaos, 1 in about 8 runs). Our nannies
         # restart their workers themselves, so that reaper is switched off.
-        settings = {"distributed.deploy.lost-worker-timeout": f"{_NEVER}s"}
+        settings: dict[str, Any] = {"distributed.deploy.lost-worker-timeout": f"{_NEVER}s"}
         if not dashboard_on(config, self):
             settings.update(_unwatched(config))
         add_preload(settings, ("openclaw_dask.cluster.interrupt_preload",), ("worker",))
         # each nanny reads it as it starts (or restarts) its worker; main_guard reads it too
         settings["distributed.worker.multiprocessing-method"] = config.cluster.worker_start
+        # where a task runs weighs moving its inputs at this rate (the scheduler's choices, and direct.spread's) until the
+        # workers have measured theirs; at distributed's 100 MB/s (a network's) model-parallel-matmul's weights looked
+        # dearer to move than a core's idling
+        settings["distributed.scheduler.bandwidth"] = LOOPBACK_BANDWIDTH
         return settings
