@@ -21,7 +21,17 @@ from dask._task_spec import Task, TaskRef
 
 import openclaw_dask
 from openclaw_dask.cluster import here
-from openclaw_dask.cluster.direct import MAX_TASKS, DirectRuns, Part, _too_much, activity, fetches, placed, split, spread
+from openclaw_dask.cluster.direct import (
+    MAX_TASKS,
+    DirectRuns,
+    Part,
+    _too_much,
+    activity,
+    fetches,
+    placed,
+    split,
+    spread,
+)
 
 
 def _graph(*tasks: Task) -> dict:
@@ -196,7 +206,7 @@ def test_a_compute_whose_data_lies_on_one_worker_runs_on_both_and_equals_numpy(p
     """Its second half fetches what it reads from the first worker (read out of its memory where the workers may)."""
     s = process_session
     c = s.client
-    first = sorted(c.scheduler_info()["workers"])[0]
+    first = min(c.scheduler_info()["workers"])
     x = c.persist(s.array((2048, 512), "float64", fill="arange", chunks=(1024, 512)), workers=[first])
     w = c.persist(s.array((512, 512), "float64", fill="ones", chunks=-1), workers=[first])
     distributed.wait([x, w])
