@@ -277,7 +277,8 @@ def _plugins(running: DistributedCluster, plugins: list[Any]) -> Iterator[None]:
     for plugin in plugins:
         running.client.register_plugin(plugin)
     for plugin in plugins:  # what a plugin does once all of them are set up on every worker (peer_reads.PeerReads)
-        getattr(plugin, "registered", _no_hook)(running.client)
+        if hasattr(plugin, "registered"):
+            plugin.registered(running.client)
     try:
         yield
     finally:
@@ -285,10 +286,6 @@ def _plugins(running: DistributedCluster, plugins: list[Any]) -> Iterator[None]:
             for plugin in plugins:  # someone else's workers: leave them as they were
                 with contextlib.suppress(Exception):
                     running.client.unregister_worker_plugin(plugin.name)
-
-
-def _no_hook(client: Client) -> None:
-    return None
 
 
 def _table(scheduler: Scheduler) -> dict[str, dict[str, Any]]:

@@ -20,17 +20,18 @@ What qualifies (else the compute goes to the scheduler as before, nothing lost):
   resources), the compute pins none (``workers=``, ``resources=``), and the cluster does not adapt
   (the scheduler, seeing its workers idle, would retire them under the compute);
 - each part (tasks joined by what they read of each other) reads something held in memory on the
-  workers, all of it on one worker; a part that reads nothing held, or data on two workers, needs
-  the scheduler to place it or to move data.
+  workers; a part that reads nothing held needs the scheduler to place it, and a worker would not
+  fetch more than a quarter of its memory limit (below).
 
-A part that would wait for a busy worker's threads while another worker's idle goes to that other
-worker, which first fetches what it reads from the holder (:func:`spread`; read out of the holder's
-memory where the workers may, cluster/peer_reads.py), if its tasks (at their durations as the scheduler
-measured them) take longer than the fetch: model-parallel-matmul's weights and rows all on one
-worker (distributed's active memory manager drops replicas every 2 s) ran its two halves there, one
-after the other, 440-460 ms against 230 spread (docs/benchmarks.md, twentieth pass); the scheduler
-itself would run them there too (it places a task only on a worker holding some of its inputs, and does
-not steal under 0.4 s of work).
+Each part goes to the worker holding most of the bytes it reads, which first fetches the rest from
+a worker holding it (:func:`fetches`: distributed's own request, read out of the holder's memory
+where the workers may, cluster/peer_reads.py). A part that would wait for a busy worker's threads
+while another worker's are idle goes to that other worker instead, if its tasks (at their durations
+as the scheduler measured them) take longer than the fetch (:func:`spread`): model-parallel-matmul's
+weights and rows all on one worker (distributed's active memory manager drops replicas every 2 s)
+ran its two halves there, one after the other, 440-460 ms against 230 spread (docs/benchmarks.md,
+twentieth pass). The scheduler would have run them there too: it places a task only on a worker
+holding some of its inputs, and does not steal under 0.4 s of work.
 
 A worker answers for all it was sent or for none: paused at its memory limit or closing, missing
 a key (moved, lost), or a task raising, and the whole compute runs on the scheduler instead, which
