@@ -70,11 +70,12 @@ class _Worker(SimpleNamespace):
     __hash__ = object.__hash__  # a member of who_has sets
 
 
-def _scheduler(nthreads: int = 1, durations: dict | None = None, **held: tuple[str, ...]) -> SimpleNamespace:
+def _scheduler(nthreads: int = 1, durations: dict | None = None, names: tuple[str, ...] = ("w1", "w2"),
+               **held: tuple[str, ...]) -> SimpleNamespace:
     """A scheduler-like object: what placement reads (8-byte blocks held where ``held`` says, at 1 GB/s)."""
     from distributed.core import Status
 
-    workers = {a: _Worker(address=a, nthreads=nthreads, status=Status.running, memory_limit=64) for a in ("w1", "w2")}
+    workers = {a: _Worker(address=a, nthreads=nthreads, status=Status.running, memory_limit=64) for a in names}
     tasks = {key: SimpleNamespace(state="memory", who_has={workers[a] for a in where}, get_nbytes=lambda: 8)
              for key, where in held.items()}
     prefixes = {name: SimpleNamespace(duration_average=d) for name, d in (durations or {}).items()}
@@ -111,6 +112,10 @@ def test_parts_that_would_wait_for_a_thread_go_to_idle_ones_when_their_tasks_out
     assert {a: len(ps) for a, ps in spread(quick, placed(quick, parts)).items()} == {"w1": 3}
     wide = _scheduler(nthreads=3, durations={"matmul": 0.1}, **on_one)  # no part waits
     assert {a: len(ps) for a, ps in spread(wide, placed(wide, parts)).items()} == {"w1": 3}
+    three = _scheduler(durations={"matmul": 0.1}, names=("w1", "w2", "w3"), x0=("w1",), x1=("w1",), x2=("w1", "w3"), x3=("w1",))
+    mixed = [parts[0], Part((task,), ("x2", "x3"), ("b",)), parts[1]]  # the second: most of it on w1, half on w3 too
+    assert {a: [p.reads for p in ps] for a, ps in spread(three, placed(three, mixed)).items()} == {
+        "w1": [("x0",)], "w3": [("x2", "x3")], "w2": [("x1",)]}  # each waiting part to the idle worker holding most of it
     # what a worker fetches is held outside what it manages: over a quarter of its memory limit, the scheduler moves it
     assert _too_much(slow, {"w2": {"x0": "w1", "x1": "w1"}}) is None  # 16 bytes of 64
     assert "over a quarter of its memory limit" in _too_much(slow, {"w2": {"x0": "w1", "x1": "w1", "x2": "w1"}})

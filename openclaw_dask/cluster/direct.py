@@ -142,8 +142,9 @@ def placed(scheduler: Scheduler, parts: list[Part]) -> dict[str, list[Part]] | s
 
 
 def spread(scheduler: Scheduler, load: dict[str, list[Part]]) -> dict[str, list[Part]]:
-    """``load`` with the parts that would wait for a busy worker's threads moved to idle threads of other workers,
-    where their tasks (at the durations the scheduler measured) take longer than fetching what they read there.
+    """``load`` with the parts that would wait for a busy worker's threads moved to idle threads of other workers (of
+    those, the one holding most of what a part reads), where its tasks (at the durations the scheduler measured) take
+    longer than fetching the rest there.
     Unmeasured tasks count as free: they stay where their data is."""
     from dask.utils import key_split
     from distributed.core import Status
@@ -155,8 +156,9 @@ def spread(scheduler: Scheduler, load: dict[str, list[Part]]) -> dict[str, list[
         for part in parts[scheduler.workers[address].nthreads:]:
             if not spare:
                 return load
-            thief = next(iter(spare))
-            moved = sum(scheduler.tasks[key].get_nbytes() for key in fetches(scheduler, part, thief))
+            fetched = {a: sum(scheduler.tasks[key].get_nbytes() for key in fetches(scheduler, part, a)) for a in spare}
+            thief = min(fetched, key=fetched.__getitem__)  # the idle worker already holding most of it
+            moved = fetched[thief]
             saved = sum(max(prefixes[p].duration_average, 0.0) for t in part.tasks if (p := key_split(t.key)) in prefixes)
             if saved <= moved / scheduler.bandwidth:
                 continue
