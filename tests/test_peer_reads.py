@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import openclaw_dask
-from openclaw_dask.cluster import peer_reads
+from openclaw_dask.cluster import peer_reads, pulled
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process_vm_readv is Linux's")
 
@@ -90,7 +90,7 @@ def test_a_holder_that_is_gone_is_an_oserror_not_a_wrong_block():
 
 
 def test_a_worker_asks_this_way_only_if_it_read_every_peer_whole(monkeypatch):
-    me = peer_reads._whereabouts()
+    me = pulled.probe()
     monkeypatch.setattr(distributed.worker, "get_data_from_worker", peer_reads._ORIGINAL)
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
     for peer in ((int(gone.stdout), *me[1:]),  # a process that has ended

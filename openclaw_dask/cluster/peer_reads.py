@@ -41,7 +41,7 @@ import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol.serialize import register_serialization_family
 
-from openclaw_dask.cluster.pulled import _PROBE, Receipt, _own_start, _read_all, _runs, _tail
+from openclaw_dask.cluster.pulled import Receipt, _own_start, _read_all, _runs, _tail, probe, reads_probe
 
 if TYPE_CHECKING:
     from distributed import Client, Worker
@@ -127,20 +127,10 @@ def _libc() -> Any:
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _whereabouts() -> tuple[int, int, int, int]:
-    return os.getpid(), _own_start(os.getpid()), _PROBE.ctypes.data, _PROBE.nbytes
-
-
 def _ask_if_all_read(peers: list[tuple[int, int, int, int]]) -> bool:
-    """In a worker: read every other worker's probe; ask this way if each came back whole."""
-    try:
-        for pid, started, address, nbytes in peers:
-            if pid != os.getpid():
-                got = np.empty(nbytes, dtype=np.uint8)
-                _read_all(pid, started, [_runs(got, Receipt(pid, started, address, (nbytes,), (1,)))])
-                if not np.array_equal(got, _PROBE):
-                    return False
-    except OSError:  # refused (EPERM), or a peer that is gone
+    """In a worker: read every other worker's probe (:func:`~openclaw_dask.cluster.pulled.probe`); ask this way if
+    each came back whole."""
+    if not all(reads_probe(*peer) for peer in peers if peer[0] != os.getpid()):
         return False
     _ask(True)
     return True
@@ -151,7 +141,7 @@ def start_asking(client: Client) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        peers = list(client.run(_whereabouts).values())
+        peers = list(client.run(probe).values())
         asking = len(peers) > 1 and all(client.run(_ask_if_all_read, peers).values())
     except Exception as e:  # noqa: BLE001 - a worker that cannot answer: blocks keep going over TCP
         logger.debug("workers read each other's blocks over TCP: %s", e)

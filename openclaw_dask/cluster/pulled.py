@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Receipt", "hold_block", "let_go", "read_blocks", "workers_readable"]
+__all__ = ["Receipt", "hold_block", "let_go", "probe", "read_blocks", "reads_probe", "workers_readable"]
 
 _IOV_MAX = 1024  # iovecs per process_vm_readv call (Linux's UIO_MAXIOV)
 _LOCK = threading.Lock()  # task threads hold, the worker's event loop lets go
@@ -88,8 +88,24 @@ def let_go(client: Any, compute: str) -> None:
         client.run(_drop, compute, on_error="ignore")
 
 
-def _probe() -> tuple[int, int, int]:
-    return os.getpid(), _PROBE.ctypes.data, _PROBE.nbytes
+def probe() -> tuple[int, int, int, int]:
+    """Where this process's probe bytes lie, for another to read them back (:func:`reads_probe`): its pid, its start
+    time, their address and length."""
+    return os.getpid(), _own_start(os.getpid()), _PROBE.ctypes.data, _PROBE.nbytes
+
+
+def reads_probe(pid: int, started: int, address: int, nbytes: int) -> bool:
+    """Whether this process reads process ``pid``'s probe bytes back whole (:func:`probe`'s answer there): not where
+    refused (EPERM), where that process is gone, or where its start time cannot be read (a reused pid could not be
+    told apart)."""
+    if started < 0:
+        return False
+    got = np.empty(nbytes, dtype=np.uint8)
+    try:
+        _read_all(pid, started, [_runs(got, Receipt(pid, started, address, (nbytes,), (1,)))])
+    except OSError:
+        return False
+    return np.array_equal(got, _PROBE)
 
 
 def workers_readable(client: Any) -> bool:
@@ -97,16 +113,9 @@ def workers_readable(client: Any) -> bool:
     if not sys.platform.startswith("linux") or _readv() is None:
         return False
     try:
-        for pid, address, nbytes in client.run(_probe).values():
-            if _started(pid) < 0:  # its start time cannot be read here: a reused pid could not be told apart
-                return False
-            got = np.empty(nbytes, dtype=np.uint8)
-            _read(pid, np.array([[got.ctypes.data, nbytes]], dtype=np.uint64), np.array([[address, nbytes]], dtype=np.uint64))
-            if not np.array_equal(got, _PROBE):
-                return False
-    except Exception:  # noqa: BLE001 - refused (EPERM), or a worker that cannot answer: the write path
+        return all(reads_probe(*where) for where in client.run(probe).values())
+    except Exception:  # noqa: BLE001 - a worker that cannot answer: the write path
         return False
-    return True
 
 
 def read_blocks(receipts: Any, out: np.ndarray[Any, Any], chunks: tuple[tuple[int, ...], ...]) -> None:
