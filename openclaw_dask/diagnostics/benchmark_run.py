@@ -9,6 +9,7 @@ and, if still faster, marked ``invalid`` (:func:`openclaw_dask.workloads.limits.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import platform
@@ -95,10 +96,10 @@ class _Limit:
     def __init__(self, nbytes: int, gbps: float) -> None:
         self.nbytes, self.gbps = nbytes, gbps
 
-    def raised(self) -> float:
-        """Measured again; the highest figure so far."""
+    def raised(self, hosts: int = 1) -> float:
+        """Measured again; the highest figure so far, for ``hosts`` hosts."""
         self.gbps = max(self.gbps, measure_bandwidth(self.nbytes)["all_cores"])
-        return self.gbps
+        return self.gbps * hosts
 
     def hold(self, row: Row, hosts: int) -> Row:
         """``row`` held to the highest bandwidth of the run on ``hosts`` hosts: its limit, efficiency and validity."""
@@ -118,7 +119,7 @@ def _run_configuration(conf: Configuration, kernels: Sequence[str], size: int, r
             say(f"{conf.label}: {name}")
             measured = _run_kernel(s, name, size, repeat)
             n = hosts(s)
-            judged(measured["gbps"], limit.gbps * n, lambda k=n: limit.raised() * k)  # held to the run's best at the end
+            judged(measured["gbps"], limit.gbps * n, functools.partial(limit.raised, n))  # held to the run's best at the end
             rows.append((Row(
                 **measured,
                 config=conf.label,
