@@ -17,7 +17,7 @@ from types import FrameType, TracebackType
 
 from openclaw_dask.errors import ClusterStartError
 
-__all__ = ["refuse_unguarded_main", "unguarded_main_line"]
+__all__ = ["refuse_unguarded_main", "start_method", "unguarded_main_line"]
 
 
 def refuse_unguarded_main(backend_name: str) -> None:
@@ -48,7 +48,7 @@ def unguarded_main_line() -> tuple[str, int] | None:
     spec_name = getattr(getattr(main, "__spec__", None), "name", None) or ""
     if main is None or not isinstance(path, str) or spec_name == "__main__" or spec_name.endswith(".__main__"):
         return None
-    if _start_method() == "fork":
+    if start_method() == "fork":
         return None
     frame = _module_frame(vars(main), path)
     if frame is None or _guarded(path, frame.f_lineno):
@@ -56,7 +56,8 @@ def unguarded_main_line() -> tuple[str, int] | None:
     return path, frame.f_lineno
 
 
-def _start_method() -> str:
+def start_method() -> str:
+    """How the nannies start worker processes: multiprocessing's ``spawn`` (distributed's default) or ``fork``."""
     import dask.config
 
     return str(dask.config.get("distributed.worker.multiprocessing-method", "spawn"))

@@ -89,8 +89,12 @@ def _without_sigint(make: Callable[[], Any]) -> Any:
     import signal
     from multiprocessing import resource_tracker
 
+    from openclaw_dask.cluster.main_guard import start_method
+
     # Python starts its resource tracker with SIGINT blocked and then *unblocks* SIGINT in the
     # thread that started it: started later in the event loop thread, it would undo this mask.
-    resource_tracker.ensure_running()
+    # Forked workers need none (nor does anything else here start one): a process and ~25 ms less.
+    if start_method() != "fork":
+        resource_tracker.ensure_running()
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     return make()
