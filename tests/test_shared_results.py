@@ -72,6 +72,21 @@ def test_a_large_array_comes_back_through_shared_memory_and_equals_numpy(session
     np.testing.assert_array_equal(r, (a * 2 + 1).T)
 
 
+def test_a_kernel_s_numpy_reference_runs_on_memory_of_numpy_s_own_not_on_a_shared_result(session):
+    from openclaw_dask.workloads.prepared import Prepared, own_memory
+
+    x = session.persist(da.arange(2**14, chunks=2**12) * 1.0)
+    fetched = session.to_numpy(x)
+    assert _shared(fetched)  # as worker processes hand a large result back: a shared file's 4 KiB pages
+    prepared = Prepared(lambda x: x.sum(), np.sum, (x,), x.nbytes, accuracy=lambda a: None)
+    (host,) = prepared.host_inputs(session)
+    assert not _shared(host) and host.base is None and np.array_equal(host, np.arange(2**14))  # NumPy's, to time NumPy on
+    for view in (fetched, fetched[5:90], fetched[::3]):
+        assert not _shared(own_memory(view)) and np.array_equal(own_memory(view), view)
+    plain = np.arange(8.0)
+    assert own_memory(plain) is plain and own_memory(plain[2:]).base is plain  # NumPy's already: no copy
+
+
 def test_small_and_object_arrays_keep_the_comm_and_a_mix_is_right_in_order(session):
     big = da.arange(50_000, chunks=12_345, dtype=np.int64)
     small = da.arange(10, chunks=3)
