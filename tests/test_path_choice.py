@@ -135,6 +135,24 @@ def test_the_trial_runs_in_the_calling_thread_with_the_same_result(threaded):
     assert s.running.path.serial_s is not None and s.running.path.parallel_s is not None
 
 
+def _blas_threads(block):
+    """In a task: the most threads a BLAS library of this process may use now (0 where threadpoolctl finds none)."""
+    from threadpoolctl import threadpool_info
+
+    return np.array([max((lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"), default=0)])
+
+
+def test_one_thread_runs_the_tasks_with_blas_on_as_many_threads_as_the_task_threads(threaded):
+    s = threaded
+    x = da.ones(4, chunks=2)
+    seen = [set(s.compute(x.map_blocks(_blas_threads, chunks=(1,))).tolist()) for _ in range(3)]
+    if seen[0] == {0}:
+        pytest.skip("threadpoolctl finds no BLAS library in this NumPy")
+    assert seen[0] == seen[1] == {1}  # on 2 task threads: one BLAS thread each, never 4 threads on 2 cores
+    assert s.running.path.path == SERIAL and seen[2] == {2}  # the trial on the calling thread: BLAS on both cores
+    assert _blas_threads(None).tolist() == [1]  # and this thread's BLAS back at one thread after it
+
+
 def test_the_profiler_sees_the_tasks_of_a_run_on_the_calling_thread(threaded):
     s = threaded
     x = da.ones((4096,), chunks=256)
