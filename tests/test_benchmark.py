@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from openclaw_dask.diagnostics.benchmark import SCHEMA, Row, check_report, compare, configurations, prepare, regressions
@@ -343,6 +344,35 @@ def test_a_limit_measured_under_load_is_measured_again_before_a_row_is_called_in
     # within the margin but over the limit: the limit was measured low (a standard report's start), not the figure high
     assert judged(25.7, 24.6, lambda: 32.9) == (32.9, None)
     assert judged(25.7, 24.6, lambda: 24.0) == (24.6, None)  # measured again and no higher: within the margin, valid
+
+
+def test_every_row_of_a_kernel_is_held_to_numpy_s_fastest_time_in_the_run():
+    from openclaw_dask.diagnostics.benchmark_stats import with_speedups
+
+    rows = [_row(workload=w, config=c, median_s=m, numpy_1thread_s=n) for w, c, m, n in [
+        ("stencil", "serial", 0.6, 1.87), ("stencil", "backend=thread", 0.3, 1.83), ("stencil", "backend=process", 0.4, 0.51),
+        ("matmul", "serial", 0.5, 0.8), ("matmul", "backend=thread", 0.25, 0.9), ("matmul", "backend=process", 0.5, 0.85)]]
+    held = {(r.workload, r.config): r for r in with_speedups(rows, first="backend=thread")}
+    assert {r.numpy_1thread_s for r in held.values() if r.workload == "stencil"} == {0.51}  # the same NumPy, at its best
+    assert held["stencil", "backend=thread"].speedup_vs_numpy_1thread == pytest.approx(0.51 / 0.3)  # not 1.83 / 0.3
+    assert held["matmul", "backend=process"].speedup_vs_numpy_1thread == pytest.approx(0.8 / 0.5)
+    assert held["stencil", "backend=process"].speedup_vs_serial == pytest.approx(1.5)
+
+
+def test_numpy_s_reference_is_timed_after_its_warm_ups():
+    from openclaw_dask.workloads.prepared import Prepared
+
+    calls = []
+
+    def numpy(a):
+        calls.append(len(calls))
+        return a.sum()
+
+    prepared = Prepared(lambda x: x.sum(), numpy, (), 0, accuracy=lambda: None)
+    prepared._host = (np.arange(4.0),)
+    answer, times = prepared.reference(None, runs=3, warmups=2)
+    assert answer == 6.0 and len(times) == 3 and calls == [0, 1, 2, 3, 4]  # 2 untimed, then 3 timed
+    assert len(prepared.reference(None)[1]) == 1 and len(calls) == 7  # by default one warm-up and one timed run
 
 
 def test_every_row_is_held_to_the_highest_bandwidth_measured_in_the_run(monkeypatch):

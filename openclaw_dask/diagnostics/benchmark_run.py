@@ -166,7 +166,7 @@ def _run_kernel(session: SessionLike, name: str, size: int, repeat: int) -> dict
         stolen = None if stolen is None or after is None else after - stolen
         with collect(session) as record:  # one more run, profiled: tasks, latencies, verdicts
             prepared.execute(session)
-        reference, numpy_times = prepared.reference(session, runs=max(1, min(repeat, 3)))
+        reference, numpy_times = prepared.reference(session, runs=max(1, min(repeat, 3)), warmups=2)  # as the kernel's runs
         verdict = prepared.check(session, result, reference)  # within the kernel's error bound (workloads.accuracy)
     finally:
         prepared.close()
