@@ -3,8 +3,9 @@
 For every configuration and kernel: build the inputs on the workers (not timed), three warm-ups,
 ``repeat`` timed runs, then one profiled run (its tasks, latencies and verdicts: the profiler's hooks
 cost every task a little, so the timed runs go without); the result is checked against NumPy. A row faster than the memory
-bandwidth measured at the start of the run allows is judged again against fresh measurements
-and, if still faster, marked ``invalid`` (:func:`openclaw_dask.workloads.limits.judged`).
+bandwidth measured so far has it measured again (:func:`openclaw_dask.workloads.limits.judged`); once every row is
+measured, the bandwidth is measured once more, each row is held to the highest figure of the run, and one still
+faster than that is marked ``invalid``. Speed-ups over NumPy are over the kernel's fastest NumPy time of the run.
 """
 
 from __future__ import annotations
