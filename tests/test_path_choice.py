@@ -39,6 +39,22 @@ def test_two_runs_on_the_threads_then_one_trial_then_the_faster():
     assert _runs(PathChooser(threads=2), "b", threads_win) == [PARALLEL, PARALLEL, SERIAL, PARALLEL, PARALLEL]
 
 
+def test_settled_once_the_trial_on_one_thread_has_run_and_counted():
+    chooser = PathChooser(threads=2)
+    assert chooser.settled()  # nothing computed yet
+    settled = []
+    for path_seconds, system in [(0.05, 0.0), (0.05, 0.0), (0.04, 0.03), (0.04, 0.0), (0.05, 0.0)]:
+        path = chooser.path("a")
+        chooser.ran("a", path, path_seconds, busy=0.02, system=system)
+        settled.append((path, chooser.settled()))
+    # two runs on the threads; the trial paid page faults (not counted: tried again); then counted; settled from there
+    assert settled == [(PARALLEL, False), (PARALLEL, False), (SERIAL, False), (SERIAL, True), (SERIAL, True)]
+    chooser.path(None)
+    assert chooser.settled()  # a graph too big to key has no trial
+    chooser.path("b")
+    assert not chooser.settled()
+
+
 def test_a_chosen_path_that_slows_down_gives_way():
     chooser = PathChooser(threads=2)
     _runs(chooser, "a", [{PARALLEL: 0.010, SERIAL: 0.008}] * 4)
@@ -145,7 +161,11 @@ def _blas_threads(block):
 def test_one_thread_runs_the_tasks_with_blas_on_as_many_threads_as_the_task_threads(threaded):
     s = threaded
     x = da.ones(4, chunks=2)
-    seen = [set(s.compute(x.map_blocks(_blas_threads, chunks=(1,))).tolist()) for _ in range(3)]
+    seen, settled = [], []
+    for _ in range(3):
+        seen.append(set(s.compute(x.map_blocks(_blas_threads, chunks=(1,))).tolist()))
+        settled.append(s.running.paths.settled())
+    assert settled == [False, False, True]  # what a benchmark warms up to: the one-time trial has run
     if seen[0] == {0}:
         pytest.skip("threadpoolctl finds no BLAS library in this NumPy")
     assert seen[0] == seen[1] == {1}  # on 2 task threads: one BLAS thread each, never 4 threads on 2 cores

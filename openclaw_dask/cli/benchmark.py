@@ -14,7 +14,7 @@ from openclaw_dask.cli._app import config_option, force_option, friendly, main, 
 @click.option("--suite", default="quick", show_default=True, help="smoke (3 kernels, 16 MiB: seconds), quick (under 2 minutes on 2 cores) or standard.")
 @click.option("--configs", multiple=True, metavar="FILE", help="Config files to compare (more may follow as arguments).")
 @click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2", help="Sweep a key over values (repeatable; cartesian product).")
-@click.option("--repeat", default=5, show_default=True, type=click.IntRange(1, 1000), help="Timed runs per row (after three warm-ups).")
+@click.option("--repeat", default=5, show_default=True, type=click.IntRange(1, 1000), help="Timed runs per row (after the warm-ups).")
 @click.option("--out", "out_dir", default="benchmark-report", show_default=True, type=click.Path(file_okay=False), help="Folder for report.json/.md/.html.")
 @click.option("--compare", "baseline", type=click.Path(dir_okay=False), default=None, help="A previous report.json to compare against (exit 3 if it cannot be read as one).")
 @click.option("--fail-on-regression", "fail_pct", type=float, default=None, metavar="PCT", help="Exit 1 if a row is slower than the baseline by more than PCT% and significantly (p < 0.05; needs --repeat 4+).")

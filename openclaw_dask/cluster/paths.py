@@ -83,10 +83,12 @@ class PathChooser:
         self.threads = threads
         self._shapes: dict[Any, _Runs] = {}
         self.last: Choice | None = None  # the choice of the most recent compute
+        self._last_runs: _Runs | None = None  # and its shape's runs (None: no shape)
 
     def path(self, shape: Any, *, trial: bool = True) -> str:
         """The path the next compute of ``shape`` takes (also kept as :attr:`last`); ``trial=False``: no trial run now."""
         runs = self._shapes.setdefault(shape, _Runs()) if shape is not None else _Runs()
+        self._last_runs = runs if shape is not None else None
         if shape is None or len(runs.parallel) < _WARM_RUNS and not runs.serial:
             return self._chose(PARALLEL, _MEASURING, runs)
         if not runs.tried and not trial:
@@ -107,6 +109,10 @@ class PathChooser:
             return self._chose(other, f"measuring {other} again after {runs.count - runs.latest.get(other, 0)} runs", runs)
         return self._chose(faster, f"measured faster ({_ms(min(runs.serial))} on one thread, "
                                    f"{_ms(min(runs.parallel))} on {self.threads})", runs)
+
+    def settled(self) -> bool:
+        """Whether the last compute's shape is past its trial on one thread: run and counted, or refused as too dear."""
+        return self._last_runs is None or self._last_runs.tried
 
     def ran(self, shape: Any, path: str, seconds: float, busy: float, system: float = 0.0) -> None:
         """Note a compute of ``shape`` on ``path``: its wall ``seconds``, its tasks' ``busy`` seconds and the

@@ -1,6 +1,7 @@
 """Running a benchmark: each configuration's session runs the suite's kernels, timed and checked, into :class:`Row`.
 
-For every configuration and kernel: build the inputs on the workers (not timed), three warm-ups,
+For every configuration and kernel: build the inputs on the workers (not timed), two warm-ups (and more
+until the engine has tried the graph on each of its paths),
 ``repeat`` timed runs, then one profiled run (its tasks, latencies and verdicts: the profiler's hooks
 cost every task a little, so the timed runs go without); the result is checked against NumPy. A row faster than the memory
 bandwidth measured so far has it measured again (:func:`openclaw_dask.workloads.limits.judged`); once every row is
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from openclaw_dask.cluster import SessionLike
 
 __all__ = ["run_benchmark"]
+
+_SETTLING_RUNS = 6  # warm-ups at most for the path chooser's trial: runs that paid page faults are not counted (3 a path)
 
 
 def run_benchmark(
@@ -149,7 +152,7 @@ def _cpu_steal_s() -> float | None:
 
 
 def _run_kernel(session: SessionLike, name: str, size: int, repeat: int) -> dict[str, Any]:
-    """The measured fields of a row: kernel ``name`` warmed up three times, timed ``repeat`` times, profiled once, checked."""
+    """The measured fields of a row: kernel ``name`` warmed up, timed ``repeat`` times, profiled once, checked."""
     from openclaw_dask.diagnostics.analysis import analyze
     from openclaw_dask.diagnostics.collect import collect
     from openclaw_dask.workloads.suite import KERNELS
@@ -158,11 +161,14 @@ def _run_kernel(session: SessionLike, name: str, size: int, repeat: int) -> dict
     try:
         result = prepared.execute(session)  # warm-up, and the answer to check
         # A second warm-up while that answer is held: memory grows to what a timed run needs beside it
-        # (else the first timed run pays the page faults, seen as a 2-4x outlier on big kernels). A third: the
-        # thread backend tries a graph's third compute on one thread (cluster/paths.py), a one-time trial that
-        # was the first timed run (the standard stencil's: ~630 ms beside ~380 on the path it then kept).
+        # (else the first timed run pays the page faults, seen as a 2-4x outlier on big kernels). More while the
+        # engine has yet to try the graph on one thread (the thread backend, cluster/paths.py): that one-time trial
+        # was the first timed run (the standard stencil's: 611-683 ms beside ~400 on the path it then kept).
         prepared.execute(session)
-        prepared.execute(session)
+        for _ in range(_SETTLING_RUNS):
+            if _settled(session):
+                break
+            prepared.execute(session)
         stolen = _cpu_steal_s()
         _, times = prepared.timed(session, repeat)  # not profiled: the profiler's hooks cost every task a little
         path = path_line(running_of(session).path)  # the last timed run's, before the profiled run
@@ -193,6 +199,12 @@ def _run_kernel(session: SessionLike, name: str, size: int, repeat: int) -> dict
         "flags": tuple(sorted(report.kinds())),
         "verdicts": tuple(f"{v.kind}: {v.summary}; fix: {v.fix}" for v in report.verdicts),
     }
+
+
+def _settled(session: SessionLike) -> bool:
+    """Whether the engine is past its one-time trial of the last compute's graph (the thread backend's path chooser)."""
+    paths = getattr(running_of(session), "paths", None)
+    return paths is None or paths.settled()
 
 
 def cpu_model() -> str:
