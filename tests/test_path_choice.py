@@ -158,7 +158,9 @@ def _blas_threads(block):
     return np.array([max((lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"), default=0)])
 
 
-def test_one_thread_runs_the_tasks_with_blas_on_as_many_threads_as_the_task_threads(threaded):
+def test_both_paths_run_the_tasks_with_blas_at_one_thread(threaded):
+    # A BLAS pool raised for a run on the calling thread spins after it (OpenBLAS ~0.1 s, OpenMP's blocktime alike),
+    # and two task threads running next went at half speed on 2 cores (docs/benchmarks.md, twenty-second pass).
     s = threaded
     x = da.ones(4, chunks=2)
     seen, settled = [], []
@@ -169,8 +171,7 @@ def test_one_thread_runs_the_tasks_with_blas_on_as_many_threads_as_the_task_thre
     if seen[0] == {0}:
         pytest.skip("threadpoolctl finds no BLAS library in this NumPy")
     assert seen[0] == seen[1] == {1}  # on 2 task threads: one BLAS thread each, never 4 threads on 2 cores
-    assert s.running.path.path == SERIAL and seen[2] == {2}  # the trial on the calling thread: BLAS on both cores
-    assert _blas_threads(None).tolist() == [1]  # and this thread's BLAS back at one thread after it
+    assert s.running.path.path == SERIAL and seen[2] == {1}  # the trial on the calling thread: one BLAS thread too
 
 
 def test_the_profiler_sees_the_tasks_of_a_run_on_the_calling_thread(threaded):

@@ -241,7 +241,6 @@ class ThreadedEngine(RunningCluster):
         self._pool, self.threads = pool, threads
         self._inline = inline  # the calling thread as a pool, for graphs measured faster there (cluster/paths.py)
         self.paths = PathChooser(threads) if inline is not None and threads > 1 else None
-        self._blas: Any = None  # threadpoolctl's controller, made at the first run on the calling thread
 
     def dask_config(self) -> dict[str, Any]:
         from dask.threaded import get
@@ -259,25 +258,13 @@ class ThreadedEngine(RunningCluster):
         shape = signature(collections)
         path = self.paths.path(shape, trial=self._pool.on_run is None)  # no trial while the profiler records
         self.path = self.paths.last
+        # BLAS stays at one thread on the calling thread too: a pool raised for one run spins ~0.1 s after it,
+        # and two task threads running next went at half speed (docs/benchmarks.md, twenty-second pass)
         pool = self._inline if path == SERIAL else self._pool
         busy, system, start = self._pool.busy_s(), _system_s(), time.perf_counter()
-        with self._all_cores_to_blas() if path == SERIAL else contextlib.nullcontext():
-            results = dask.compute(*collections, **{**self.dask_config(), "pool": pool})
+        results = dask.compute(*collections, **{**self.dask_config(), "pool": pool})
         self.paths.ran(shape, path, time.perf_counter() - start, self._pool.busy_s() - busy, _system_s() - system)
         return results
-
-    def _all_cores_to_blas(self) -> contextlib.AbstractContextManager[Any]:
-        """BLAS and OpenMP on the task threads' count while the calling thread runs the tasks alone.
-
-        The session holds them at one thread each, for task threads that would oversubscribe the cores; on one
-        thread a matmul's blocks then use the cores the task threads would have (the quick suite's matmul: 25 ms
-        against 39 on one thread and on 2 task threads alike; docs/benchmarks.md). A cached controller: 8 µs a run.
-        """
-        if self._blas is None:
-            from threadpoolctl import ThreadpoolController
-
-            self._blas = ThreadpoolController()
-        return self._blas.limit(limits=self.threads)
 
     def submit(self, key: str, fn: Callable[..., Any], *args: Any, after: Any = None,
                pin: Mapping[str, Any] | None = None) -> Any:
