@@ -399,3 +399,12 @@ def test_every_row_is_held_to_the_highest_bandwidth_measured_in_the_run(monkeypa
     assert [r["bandwidth_gbps"] for r in rows] == [12.0] * 6  # the serial rows too, measured before the limit rose
     assert [round(r["efficiency_vs_bandwidth"], 3) for r in rows] == [0.417, 0.667, 0.867, 0.75, 0.917, 0.583]
     assert not any(r["invalid"] for r in rows)
+
+
+def test_a_kernel_warms_up_while_its_runs_still_speed_up():
+    from openclaw_dask.diagnostics.benchmark_run import warming
+
+    # the standard matmul on worker processes, warm-ups in turn: 402, 357, 339, then 306-327 ms
+    assert warming([0.402, 0.357]) and warming([0.402, 0.357, 0.339]) and warming([0.357, 0.339, 0.306])
+    assert not warming([0.339, 0.306, 0.315]) and not warming([0.306, 0.300])  # within 5% or slower: warm
+    assert not warming([0.4])  # one run says nothing yet

@@ -1,7 +1,8 @@
 """Running a benchmark: each configuration's session runs the suite's kernels, timed and checked, into :class:`Row`.
 
-For every configuration and kernel: build the inputs on the workers (not timed), two warm-ups (and more
-until the engine has tried the graph on each of its paths),
+For every configuration and kernel: build the inputs on the workers (not timed), two warm-ups (and more,
+up to :data:`_SETTLING_RUNS`, while the engine has yet to try the graph on each of its paths or a run is still
+clearly faster than the one before it),
 ``repeat`` timed runs, then one profiled run (its tasks, latencies and verdicts: the profiler's hooks
 cost every task a little, so the timed runs go without); the result is checked against NumPy. A row faster than the memory
 bandwidth measured so far has it measured again (:func:`openclaw_dask.workloads.limits.judged`); once every row is
@@ -17,6 +18,7 @@ import os
 import platform
 import statistics
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -40,7 +42,8 @@ if TYPE_CHECKING:
 
 __all__ = ["run_benchmark"]
 
-_SETTLING_RUNS = 6  # warm-ups at most for the path chooser's trial: runs that paid page faults are not counted (3 a path)
+_SETTLING_RUNS = 6  # more warm-ups at most: runs that paid page faults are not counted by the path chooser (3 a path)
+_WARMING = 0.95  # a warm-up this much faster than the one before it (or more): the kernel is still warming up
 
 
 def run_benchmark(
@@ -159,16 +162,19 @@ def _run_kernel(session: SessionLike, name: str, size: int, repeat: int) -> dict
 
     prepared = KERNELS[name](session, size)
     try:
+        start = time.perf_counter()
         result = prepared.execute(session)  # warm-up, and the answer to check
+        runs = [time.perf_counter() - start]
         # A second warm-up while that answer is held: memory grows to what a timed run needs beside it
         # (else the first timed run pays the page faults, seen as a 2-4x outlier on big kernels). More while the
         # engine has yet to try the graph on one thread (the thread backend, cluster/paths.py): that one-time trial
-        # was the first timed run (the standard stencil's: 611-683 ms beside ~400 on the path it then kept).
-        prepared.execute(session)
+        # was the first timed run (the standard stencil's: 611-683 ms beside ~400 on the path it then kept); and
+        # while runs still speed up (the standard matmul on worker processes: 402, 357, 339, then 306-327 ms).
+        runs.append(_seconds(prepared, session))
         for _ in range(_SETTLING_RUNS):
-            if _settled(session):
+            if _settled(session) and not warming(runs):
                 break
-            prepared.execute(session)
+            runs.append(_seconds(prepared, session))
         stolen = _cpu_steal_s()
         _, times = prepared.timed(session, repeat)  # not profiled: the profiler's hooks cost every task a little
         path = path_line(running_of(session).path)  # the last timed run's, before the profiled run
@@ -199,6 +205,18 @@ def _run_kernel(session: SessionLike, name: str, size: int, repeat: int) -> dict
         "flags": tuple(sorted(report.kinds())),
         "verdicts": tuple(f"{v.kind}: {v.summary}; fix: {v.fix}" for v in report.verdicts),
     }
+
+
+def _seconds(prepared: Any, session: SessionLike) -> float:
+    """Seconds of one run of ``prepared`` (its result dropped)."""
+    start = time.perf_counter()
+    prepared.execute(session)
+    return time.perf_counter() - start
+
+
+def warming(runs: Sequence[float]) -> bool:
+    """Whether the last of ``runs`` (seconds, in order) was clearly faster than the one before it: still warming up."""
+    return len(runs) > 1 and runs[-1] < _WARMING * runs[-2]
 
 
 def _settled(session: SessionLike) -> bool:
