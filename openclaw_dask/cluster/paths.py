@@ -16,7 +16,7 @@ graph shape (:func:`signature`: its layers' kinds, its outputs' chunks), by :cla
    the tasks' busy time on the threads (what the work would take one thread, or more, since threads
    slow each other down on memory) is over twice the run's wall time. That never holds on 2
    threads, where one thread takes at most about twice as long as both.
-3. From then on each compute takes the path whose fastest of its last three runs is faster.
+3. From then on each compute takes the path whose median of its last three runs is lower (:func:`_typical`).
    The chosen path keeps being measured: if it slows, the other path is taken again.
 4. The other path is run once more when its runs are :data:`_RETRY` computes of the shape old, then
    after twice as many each time that changes nothing (up to :data:`_MAX_RETRY`): its kept runs may
@@ -29,6 +29,7 @@ on, or the task threads. The choice and its figures are :attr:`PathChooser.last`
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +40,7 @@ PARALLEL, SERIAL = "threads", "one thread"
 # a distributed engine's paths (cluster/direct.py)
 WORKERS, SCHEDULER = "straight to the workers holding its data", "through the scheduler"
 _WARM_RUNS = 2  # parallel runs of a shape before it is tried on one thread (the first pays page faults)
-_KEPT = 3  # runs kept per path: the fastest of them stands for the path (noise only adds time)
+_KEPT = 3  # runs kept per path: their median stands for the path
 MAX_SIGNED_LAYERS = 10_000  # a bigger graph always takes the task threads: its shape would cost too much to key
 _WARMING_SHARE = 0.25  # system time over this share of a run's wall: the run paid page faults, not its path's cost
 _WARMING_MIN_S = 0.01  # ... and over this much (getrusage's figures of a short run are a few ticks of noise)
@@ -100,15 +101,15 @@ class PathChooser:
             return self._chose(SERIAL, "trying this graph on one thread", runs)
         if not runs.serial:
             return self._chose(PARALLEL, _TOO_DEAR, runs)
-        faster = SERIAL if min(runs.serial) < min(runs.parallel) else PARALLEL
+        faster = SERIAL if _typical(runs.serial) < _typical(runs.parallel) else PARALLEL
         if faster != runs.faster:
             runs.faster, runs.retry = faster, _RETRY
         other = SERIAL if faster == PARALLEL else PARALLEL
         if trial and runs.count - runs.latest.get(other, 0) >= runs.retry:  # its runs are old: measure it again
             runs.retry = min(2 * runs.retry, _MAX_RETRY)
             return self._chose(other, f"measuring {other} again after {runs.count - runs.latest.get(other, 0)} runs", runs)
-        return self._chose(faster, f"measured faster ({_ms(min(runs.serial))} on one thread, "
-                                   f"{_ms(min(runs.parallel))} on {self.threads})", runs)
+        return self._chose(faster, f"measured faster ({_ms(_typical(runs.serial))} on one thread, "
+                                   f"{_ms(_typical(runs.parallel))} on {self.threads})", runs)
 
     def settled(self) -> bool:
         """Whether the last compute's shape is past its trial on one thread: run and counted, or refused as too dear."""
@@ -133,7 +134,8 @@ class PathChooser:
             runs.busy, runs.wall = busy, seconds
 
     def _chose(self, path: str, reason: str, runs: _Runs) -> str:
-        self.last = Choice(path, reason, min(runs.parallel, default=None), min(runs.serial, default=None))
+        self.last = Choice(path, reason, _typical(runs.parallel) if runs.parallel else None,
+                           _typical(runs.serial) if runs.serial else None)
         return path
 
 
@@ -165,6 +167,16 @@ def signature(collections: list[Any]) -> Any:
         kind = type(c)  # asked of the class: a Delayed makes any attribute it is asked for into a task
         outputs.append((kind.__name__, c.chunks if hasattr(kind, "chunks") else None, str(c.dtype) if hasattr(kind, "dtype") else ""))
     return frozenset(kinds.items()), tuple(outputs)
+
+
+def _typical(runs: deque[float]) -> float:
+    """What a path's kept runs say a run takes: their median.
+
+    Not their fastest: on 2 cores, two task threads ran a 64 MiB sum in 4 ms now and then and in 6-8 ms
+    most of the time; chosen by its fastest runs, the quick suite's sum ran at 0.84-0.98x serial (docs/benchmarks.md,
+    twenty-second pass).
+    """
+    return statistics.median(runs)
 
 
 def _ms(seconds: float) -> str:
