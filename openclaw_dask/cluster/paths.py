@@ -101,15 +101,15 @@ class PathChooser:
             return self._chose(SERIAL, "trying this graph on one thread", runs)
         if not runs.serial:
             return self._chose(PARALLEL, _TOO_DEAR, runs)
-        faster = SERIAL if _typical(runs.serial) < _typical(runs.parallel) else PARALLEL
+        serial_s, parallel_s = _typical(runs.serial), _typical(runs.parallel)
+        faster = SERIAL if serial_s < parallel_s else PARALLEL
         if faster != runs.faster:
             runs.faster, runs.retry = faster, _RETRY
         other = SERIAL if faster == PARALLEL else PARALLEL
         if trial and runs.count - runs.latest.get(other, 0) >= runs.retry:  # its runs are old: measure it again
             runs.retry = min(2 * runs.retry, _MAX_RETRY)
             return self._chose(other, f"measuring {other} again after {runs.count - runs.latest.get(other, 0)} runs", runs)
-        return self._chose(faster, f"measured faster ({_ms(_typical(runs.serial))} on one thread, "
-                                   f"{_ms(_typical(runs.parallel))} on {self.threads})", runs)
+        return self._chose(faster, f"measured faster ({_ms(serial_s)} on one thread, {_ms(parallel_s)} on {self.threads})", runs)
 
     def settled(self) -> bool:
         """Whether the last compute's shape is past its trial on one thread: run and counted, or refused as too dear."""

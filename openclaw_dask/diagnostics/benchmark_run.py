@@ -162,19 +162,18 @@ def _run_kernel(session: SessionLike, name: str, size: int, repeat: int) -> dict
 
     prepared = KERNELS[name](session, size)
     try:
-        start = time.perf_counter()
-        result = prepared.execute(session)  # warm-up, and the answer to check
-        runs = [time.perf_counter() - start]
+        result, seconds = _timed_run(prepared, session)  # warm-up, and the answer to check
+        runs = [seconds]
         # A second warm-up while that answer is held: memory grows to what a timed run needs beside it
         # (else the first timed run pays the page faults, seen as a 2-4x outlier on big kernels). More while the
         # engine has yet to try the graph on one thread (the thread backend, cluster/paths.py): that one-time trial
         # was the first timed run (the standard stencil's: 611-683 ms beside ~400 on the path it then kept); and
         # while runs still speed up (the standard matmul on worker processes: 402, 357, 339, then 306-327 ms).
-        runs.append(_seconds(prepared, session))
+        runs.append(_timed_run(prepared, session)[1])
         for _ in range(_SETTLING_RUNS):
             if _settled(session) and not warming(runs):
                 break
-            runs.append(_seconds(prepared, session))
+            runs.append(_timed_run(prepared, session)[1])
         stolen = _cpu_steal_s()
         _, times = prepared.timed(session, repeat)  # not profiled: the profiler's hooks cost every task a little
         path = path_line(running_of(session).path)  # the last timed run's, before the profiled run
@@ -207,11 +206,11 @@ def _run_kernel(session: SessionLike, name: str, size: int, repeat: int) -> dict
     }
 
 
-def _seconds(prepared: Any, session: SessionLike) -> float:
-    """Seconds of one run of ``prepared`` (its result dropped)."""
+def _timed_run(prepared: Any, session: SessionLike) -> tuple[Any, float]:
+    """The result of one run of ``prepared``, and its seconds."""
     start = time.perf_counter()
-    prepared.execute(session)
-    return time.perf_counter() - start
+    result = prepared.execute(session)
+    return result, time.perf_counter() - start
 
 
 def warming(runs: Sequence[float]) -> bool:
