@@ -33,6 +33,12 @@ def _python(script, cwd, *args):
                           timeout=TIMEOUT, env=env, check=False)
 
 
+def _python_stdin(script, cwd):
+    """``python -`` reading ``script`` from standard input."""
+    return subprocess.run([sys.executable, "-"], input=script, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"}, check=False)
+
+
 def _one_line(r):
     """Exit 1 and exactly one stderr line, the hint, with no traceback from the parent or any worker."""
     lines = r.stderr.splitlines()
@@ -132,6 +138,28 @@ def test_a_forked_session_needs_no_guard_and_its_workers_share_what_this_process
     r = _python(script, tmp_path)
     assert r.returncode == 0, r.stderr
     assert "RESULT 499500 [True, True]" in r.stdout  # spawned workers would not have it (and refuse the unguarded start)
+
+
+STDIN_JOB = """\
+import openclaw_dask
+with openclaw_dask.session(backend="process", workers=1, worker_start="{start}", timeout="30s") as s:
+    print("RESULT", int(s.compute(s.array((1000,), fill="arange").sum())))
+"""
+
+
+def test_a_script_read_from_stdin_is_refused_in_one_line_before_a_worker_spawns(tmp_path):
+    r = _python_stdin(STDIN_JOB.format(start="spawn"), tmp_path)
+    # before: every spawned worker failed to open <cwd>/<stdin>, and the session said "Nanny failed to start"
+    assert _one_line(r) == (
+        "ClusterStartError: could not start the process cluster: the main script was read from <stdin>, not a file, "
+        "and each spawned worker process runs the main script again from its file; save it to a file and run that, "
+        "or set cluster.worker_start: fork")
+
+
+def test_a_script_read_from_stdin_runs_with_forked_workers(tmp_path):
+    r = _python_stdin(STDIN_JOB.format(start="fork"), tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "RESULT 499500" in r.stdout
 
 
 @pytest.mark.parametrize(("source", "line", "guarded"), [

@@ -6,6 +6,8 @@ script's top level, outside ``if __name__ == "__main__":``, runs there too: a se
 there would start a cluster of its own in each worker, and every worker fail. :func:`refuse_unguarded_main`
 finds that case in the parent, before any worker exists, and raises one error that says
 how to fix it; uncaught (the usual case at a script's top level) it prints as one line.
+A main script with no file to run again (``python - < job.py``: its ``__file__`` is ``<stdin>``)
+is refused the same way: every spawned worker would fail to open it.
 """
 
 from __future__ import annotations
@@ -21,19 +23,29 @@ __all__ = ["refuse_unguarded_main", "start_method", "unguarded_main_line"]
 
 
 def refuse_unguarded_main(backend_name: str) -> None:
-    """Raise :class:`ClusterStartError` when the main script starts worker processes from its unguarded top level."""
+    """Raise :class:`ClusterStartError` when the main script starts worker processes from its unguarded top level,
+    or when spawned workers could not run it again (it has no file: read from standard input)."""
+    error = _refusal(backend_name)
+    if error is not None:
+        _one_line_if_uncaught(error)
+        raise error
+
+
+def _refusal(backend_name: str) -> ClusterStartError | None:
+    start = f"could not start the {backend_name} cluster"
+    unreadable = _main_without_file()
+    if unreadable is not None:
+        return ClusterStartError(
+            f"{start}: the main script was read from {unreadable}, not a file, and each spawned worker process runs "
+            f"the main script again from its file; save it to a file and run that, or set cluster.worker_start: fork")
     found = unguarded_main_line()
     if found is None:
-        return
+        return None
     path, line = found
     shown = os.path.relpath(path) if os.path.dirname(os.path.abspath(path)) == os.getcwd() else path
-    error = ClusterStartError(
-        f"could not start the {backend_name} cluster: {shown} starts it at its top level (line {line}), "
-        f"which each worker process runs again; put that code under `if __name__ == \"__main__\":`, "
-        f"or run it with `openclaw run {shown}`"
-    )
-    _one_line_if_uncaught(error)
-    raise error
+    return ClusterStartError(
+        f"{start}: {shown} starts it at its top level (line {line}), which each worker process runs again; "
+        f"put that code under `if __name__ == \"__main__\":`, or run it with `openclaw run {shown}`")
 
 
 def unguarded_main_line() -> tuple[str, int] | None:
@@ -72,6 +84,18 @@ def _module_frame(main_globals: dict[str, object], path: str) -> FrameType | Non
             return frame
         frame = frame.f_back  # type: ignore[assignment]  # None ends the loop
     return None
+
+
+def _main_without_file() -> str | None:
+    """The main script's ``__file__`` where a spawned process would run it again from that path and find no file there."""
+    from multiprocessing import process
+
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not isinstance(path, str) or getattr(getattr(main, "__spec__", None), "name", None) or start_method() == "fork":
+        return None  # no path (python -c, a notebook), run as a module (-m), or nothing runs it again
+    # where multiprocessing looks: relative to the folder this process started in
+    return None if os.path.isfile(os.path.join(getattr(process, "ORIGINAL_DIR", None) or "", path)) else path
 
 
 def _same_file(a: str, b: str) -> bool:
