@@ -216,6 +216,7 @@ def test_the_servers_in_the_sessions_process_wake_its_loop_only_for_what_is_read
         assert [{"tick", "ticks"} <= set(n.periodic_callbacks) for n in nannies] == [dashboard] * 3
         assert ({"idle-timeout", "no-workers-timeout"} <= set(cluster.scheduler.periodic_callbacks)) is dashboard
         assert all(n.periodic_callbacks["memory_monitor"].is_running() for n in nannies)
+        assert not running_of(s).comm._check.is_running()  # its scheduler is here: no connection to watch
 
 
 def test_a_timeout_or_a_limit_the_user_set_keeps_its_check():

@@ -372,7 +372,9 @@ class SchedulerComm:
     the meantime waits that long and then fails with a traceback. A scheduler's task state does
     not survive it anyway, so the first look that finds the comm closed (:meth:`lost`, or a
     check on the client's loop every 0.1 s) records the loss and closes the client: later calls
-    fail at once, and :meth:`lost` names it.
+    fail at once, and :meth:`lost` names it. A scheduler in the session's own process (thread and
+    process backends) closes only when the session closes it: no periodic check there, whose ten
+    wake-ups a second were half its event loop's, each taking the GIL from the user's Python.
     """
 
     INTERVAL_MS = 100
@@ -385,7 +387,8 @@ class SchedulerComm:
         self.address = getattr(client.scheduler, "address", None)
         self.since: float | None = None
         self._check = PeriodicCallback(self._poll, self.INTERVAL_MS)
-        self._soon(self._check.start)
+        if running.scheduler is None:
+            self._soon(self._check.start)
 
     def lost(self) -> str | None:
         """Why the scheduler is gone (its comm closed), or ``None`` while it is connected."""
