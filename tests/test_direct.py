@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import dask
+import dask.array as da
 import distributed
 import numpy as np
 import pytest
@@ -25,9 +26,11 @@ from openclaw_dask.cluster.direct import (
     MAX_TASKS,
     DirectRuns,
     Part,
+    _output_bytes,
     _too_much,
     activity,
     fetches,
+    on_idle_threads,
     placed,
     split,
     spread,
@@ -53,8 +56,6 @@ def test_a_graph_splits_into_the_parts_that_read_each_other():
 
 def test_graphs_the_scheduler_must_place_do_not_split():
     reads = Task(("a", 0), operator.neg, TaskRef(("x", 0)))
-    alone = Task(("c", 0), operator.add, 1, 2)  # reads nothing held: the scheduler places it
-    assert "reads no data the workers hold" in split(_graph(reads, alone), [("a", 0), ("c", 0)])
     assert "held data" in split(_graph(reads), [("x", 0)])  # an output that is held data, not a task here
     big = {("a", i): Task(("a", i), operator.neg, TaskRef(("x", i))) for i in range(MAX_TASKS + 1)}
     assert split(big, list(big)) == f"over {MAX_TASKS} tasks"
@@ -66,6 +67,15 @@ def test_graphs_the_scheduler_must_place_do_not_split():
     assert "branch" in split(_graph(reads, twice, Task(("u", 0), abs, TaskRef(("a", 0)))), [("t", 0), ("u", 0)])  # fan-out
 
 
+def test_a_part_that_reads_nothing_held_is_a_part_of_its_own():
+    reads = Task(("a", 0), operator.neg, TaskRef(("x", 0)))
+    alone = Task(("c", 0), operator.add, 1, 2)  # makes its data (a chunk of da.random, a reader's)
+    then = Task(("d", 0), operator.neg, TaskRef(("c", 0)))
+    parts = split(_graph(reads, alone, then), [("a", 0), ("d", 0)])
+    assert sorted((p.reads, [t.key for t in p.tasks]) for p in parts) == [
+        ((), [("c", 0), ("d", 0)]), ((("x", 0),), [("a", 0)])]
+
+
 class _Worker(SimpleNamespace):
     __hash__ = object.__hash__  # a member of who_has sets
 
@@ -75,7 +85,7 @@ def _scheduler(nthreads: int = 1, durations: dict | None = None, names: tuple[st
     """A scheduler-like object: what placement reads (8-byte blocks held where ``held`` says, at 1 GB/s)."""
     from distributed.core import Status
 
-    workers = {a: _Worker(address=a, nthreads=nthreads, status=Status.running, memory_limit=64) for a in names}
+    workers = {a: _Worker(address=a, nthreads=nthreads, status=Status.running, memory_limit=64, processing=set()) for a in names}
     tasks = {key: SimpleNamespace(state="memory", who_has={workers[a] for a in where}, get_nbytes=lambda: 8)
              for key, where in held.items()}
     prefixes = {name: SimpleNamespace(duration_average=d) for name, d in (durations or {}).items()}
@@ -117,8 +127,39 @@ def test_parts_that_would_wait_for_a_thread_go_to_idle_ones_when_their_tasks_out
     assert {a: [p.reads for p in ps] for a, ps in spread(three, placed(three, mixed)).items()} == {
         "w1": [("x0",)], "w3": [("x2", "x3")], "w2": [("x1",)]}  # each waiting part to the idle worker holding most of it
     # what a worker fetches is held outside what it manages: over a quarter of its memory limit, the scheduler moves it
-    assert _too_much(slow, {"w2": {"x0": "w1", "x1": "w1"}}) is None  # 16 bytes of 64
-    assert "over a quarter of its memory limit" in _too_much(slow, {"w2": {"x0": "w1", "x1": "w1", "x2": "w1"}})
+    out = Part((), ("x0", "x1"), ("a",))
+    assert _too_much(slow, {"w2": {"x0": "w1", "x1": "w1"}}, {"w2": [out]}, {}) is None  # 16 bytes of 64
+    assert "over a quarter of its memory limit" in _too_much(slow, {"w2": {"x0": "w1", "x1": "w1", "x2": "w1"}}, {"w2": [out]}, {})
+    # and so are the results it makes until it answers
+    assert _too_much(slow, {"w2": {}}, {"w2": [out]}, {"a": 16}) is None
+    assert "17 B" not in (held := _too_much(slow, {"w2": {"x0": "w1"}}, {"w2": [out]}, {"a": 9})) and "quarter" in held
+
+
+def test_the_bytes_a_direct_run_makes_are_read_off_the_chunk_grids():
+    x = da.ones((10, 6), chunks=(4, 3), dtype="float32")
+    y = x[x[:, 0] > 0]  # rows unknown until computed
+    made = _output_bytes([x, y])
+    assert made[(x.name, 0, 0)] == 4 * 3 * 4 and made[(x.name, 2, 1)] == 2 * 3 * 4 and len([k for k in made if k[0] == x.name]) == 6
+    assert {made[k] for k in made if k[0] == y.name} == {0}
+
+
+def test_parts_that_make_their_data_share_out_the_idle_threads_if_alike():
+    make = SimpleNamespace(key=("random-2fad0ca660a708356fd2c035e25e169a", 0))
+    fresh = [Part((make,), (), (f"c{i}",)) for i in range(5)]
+    two = _scheduler(nthreads=2, x0=("w1",))
+    load = placed(two, [Part((), ("x0",), ("a",))])  # one of w1's two threads is taken
+    where = on_idle_threads(two, load, fresh[:3])
+    assert {a: [p.outputs for p in ps] for a, ps in where.items()} == {
+        "w1": [("a",), ("c0",)], "w2": [("c1",), ("c2",)]}  # each idle thread one, the workers in turn
+    busy = _scheduler(nthreads=2)
+    busy.workers["w2"].processing = {"a task of another compute"}
+    assert on_idle_threads(busy, {}, fresh) == {"w1": [fresh[0], fresh[2], fresh[3]], "w2": [fresh[1], fresh[4]]}
+    other = Part((SimpleNamespace(key=("ones-2fad0ca660a708356fd2c035e25e169a", 0)),), (), ("o",))
+    assert on_idle_threads(busy, {}, [*fresh[:2], other]) == {"w1": [fresh[0], other], "w2": [fresh[1]]}
+    assert on_idle_threads(busy, {}, [*fresh, other]) == (  # unlike ones take unlike times: as threads free up
+        "6 parts of different kinds make their own data, more than the 3 idle task threads")
+    full = _scheduler(nthreads=1)
+    assert "no task thread is idle" in on_idle_threads(full, {"w1": [other], "w2": [other]}, fresh)
 
 
 def _with(data: dict, status: str = "running") -> SimpleNamespace:
@@ -195,8 +236,10 @@ def test_computes_that_need_the_scheduler_still_go_to_it(process_session):
     x = s.persist(s.array((64, 48), "float64", fill="arange", chunks=(16, 24)))
     distributed.wait(x)
     ones = s.array((64, 48), "float64", fill="ones", chunks=(16, 24))
-    value, scheduled, sent = _tasks_seen(s, lambda: s.compute(ones.sum()))
-    assert value == a.size and scheduled and not sent  # reads nothing held: the scheduler places its tasks
+    unlike = da.concatenate([ones, s.array((64 * 64, 48), "float64", fill="random", chunks=(16, 24))])
+    value, scheduled, sent = _tasks_seen(s, lambda: s.compute(unlike.sum()))
+    assert value > a.size and scheduled and not sent  # made by unlike tasks: the scheduler balances them as threads free up
+    assert "parts of different kinds make their own data" in s.running.path.reason
     value, scheduled, sent = _tasks_seen(s, lambda: s.compute((x + ones).sum()))
     assert value == (a + 1).sum() and sent and not scheduled  # each task makes its ones beside a block it reads
     value, scheduled, _ = _tasks_seen(s, lambda: s.compute(x.sum(), workers=list(s.client.scheduler_info()["workers"])[:1]))
@@ -205,6 +248,18 @@ def test_computes_that_need_the_scheduler_still_go_to_it(process_session):
         y = x + 1
     value, scheduled, sent = _tasks_seen(s, lambda: s.compute(y.sum()))
     assert value == (a + 1).sum() and scheduled and not sent  # annotated: the scheduler reads annotations
+
+
+def test_a_compute_that_makes_its_data_runs_on_idle_workers_without_the_scheduler(process_session):
+    s = process_session
+    threads = sum(w["nthreads"] for w in s.client.scheduler_info()["workers"].values())
+    fresh = s.array((64 * 5 * threads, 48), "float64", fill="random", seed=7, chunks=(64, 48))  # 5 chunks a thread
+    want = s.compute(fresh.sum(), workers=list(s.client.scheduler_info()["workers"]))  # through the scheduler
+    for run in (lambda: s.compute((fresh * 2 + 1).mean()), lambda: s.compute(fresh.sum())):
+        value, scheduled, sent = _tasks_seen(s, run)
+        assert not scheduled and len({r["worker"] for r in sent}) == len(s.client.scheduler_info()["workers"]), sent
+    assert value == want  # the same blocks, summed the same way
+    np.testing.assert_allclose(s.compute((fresh * 2 + 1).mean()), 2 * want / fresh.size + 1, rtol=1e-12)
 
 
 def test_a_compute_whose_data_lies_on_one_worker_runs_on_both_and_equals_numpy(process_session):

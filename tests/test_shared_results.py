@@ -12,6 +12,7 @@ its blocks are read has the array computed again.
 from __future__ import annotations
 
 import contextlib
+import gc
 import mmap
 import os
 import signal
@@ -24,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import openclaw_dask
-from openclaw_dask.cluster import compute, pulled, shared_results
+from openclaw_dask.cluster import compute, here, pulled, shared_results
 from openclaw_dask.errors import RunError
 
 pytestmark = pytest.mark.filterwarnings("ignore::dask.array.core.PerformanceWarning")  # small chunks, on purpose
@@ -166,9 +167,10 @@ def test_results_over_a_quarter_of_the_workers_memory_are_written_as_they_are_ma
         ways = []
         for mib in (8, 80):  # the room to read is 64 MiB
             x = da.arange(mib * 2**17, dtype=np.float64, chunks=2**20)
-            with get_task_stream(s.client) as ts:
+            sent: list[dict] = []  # tasks run straight on the workers (cluster/direct.py), beside the scheduler's
+            with get_task_stream(s.client) as ts, here.streamed(sent.extend):
                 np.testing.assert_array_equal(s.compute(x + 1), np.arange(mib * 2**17) + 1.0)
-            ways.append({str(t["key"][0]).split("-")[0] for t in ts.data} & {"hold_block", "write_block"})
+            ways.append({str(t["key"][0]).split("-")[0] for t in [*ts.data, *sent]} & {"hold_block", "write_block"})
         if not s.running.results.pulled:
             pytest.skip("this process may not read its workers' memory here (ptrace_scope, seccomp)")
         assert s.running.results.read_room == 64 * 2**20
@@ -229,6 +231,7 @@ def test_closing_the_session_closes_every_buffer_and_a_held_result_stays_readabl
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(shared_results, "MIN_BYTES", 1)
+        gc.collect()  # an earlier test's result held by garbage in a cycle would close its buffer mid-test
         before = fds()
         with openclaw_dask.session(backend="process", workers=1, timeout="30s") as s:
             kept = s.compute(da.arange(1000, chunks=300))

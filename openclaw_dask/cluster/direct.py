@@ -19,9 +19,14 @@ What qualifies (else the compute goes to the scheduler as before, nothing lost):
 - the graph has at most :data:`MAX_TASKS` tasks and no annotations (no pinned workers or
   resources), the compute pins none (``workers=``, ``resources=``), and the cluster does not adapt
   (the scheduler, seeing its workers idle, would retire them under the compute);
-- each part (tasks joined by what they read of each other) reads something held in memory on the
-  workers; a part that reads nothing held needs the scheduler to place it, and a worker would not
-  fetch more than a quarter of its memory limit (below).
+- each part (tasks joined by what they read of each other) reads data held in memory on the workers,
+  and a worker would not fetch more than a quarter of its memory limit (below); or it reads nothing
+  held (it makes its data: ``da.random``, a reader) and some task thread is idle: such parts are
+  spread over the idle threads, an even share each, if they are alike (:func:`on_idle_threads`); the
+  scheduler, at ~2.7 ms a task on worker processes here, placed each as a thread freed up. The mean
+  of fresh random data on 2 worker processes: 8 MiB in 2 chunks 9.2 ms against 16.7 through the
+  scheduler (the threads engine 8.5), 64 MiB in 64 chunks 39 against 108 (threads 46;
+  docs/benchmarks.md, twenty-third pass).
 
 Each part goes to the worker holding most of the bytes it reads, which first fetches the rest from
 a worker holding it (:func:`fetches`: distributed's own request, read out of the holder's memory
@@ -46,11 +51,14 @@ print it (``path``).
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
 import threading
 import time
 from graphlib import TopologicalSorter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from dask.utils import key_split
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from openclaw_dask.cluster.paths import SCHEDULER, WORKERS, Choice
@@ -60,7 +68,7 @@ if TYPE_CHECKING:
 
     from distributed import Client, Scheduler, Worker
 
-__all__ = ["MAX_TASKS", "Direct", "DirectRuns", "Part", "activity", "fetches", "placed", "split", "spread"]
+__all__ = ["MAX_TASKS", "Direct", "DirectRuns", "Part", "activity", "fetches", "on_idle_threads", "placed", "split", "spread"]
 
 OP = "openclaw_direct"  # the workers' handler
 MAX_TASKS = 4096  # a bigger graph goes to the scheduler: splitting it here would cost what it saves
@@ -77,8 +85,8 @@ class Part(NamedTuple):
 
 
 def split(graph: Mapping[Any, Any], outputs: Iterable[Any]) -> list[Part] | str:
-    """``graph``'s independent parts, each a chain of tasks reading data outside the graph (the workers'); else why not
-    (a part reads none or is no chain, an output is not a task of the graph, the graph is not dask's task specs).
+    """``graph``'s independent parts, each a chain of tasks reading data outside the graph (the workers'), or none; else
+    why not (a part is no chain, an output is not a task of the graph, the graph is not dask's task specs).
 
     A chain (each task reads at most one other of its part, and is read by at most one) runs on one thread as fast
     as on several, and holds one intermediate at a time; a part that fans in or out (a rechunk's merges, the combines
@@ -115,8 +123,6 @@ def split(graph: Mapping[Any, Any], outputs: Iterable[Any]) -> list[Part] | str:
     for keys in members.values():
         inside = set(keys)
         reads = {dep for key in keys for dep in graph[key].dependencies if dep not in inside}
-        if not reads:
-            return "a task reads no data the workers hold: the scheduler places it"
         order = TopologicalSorter({key: graph[key].dependencies & inside for key in keys}).static_order()
         parts.append(Part(tuple(graph[k] for k in order), tuple(reads), tuple(k for k in keys if k in wanted)))
     return parts
@@ -146,7 +152,6 @@ def spread(scheduler: Scheduler, load: dict[str, list[Part]]) -> dict[str, list[
     those, the one holding most of what a part reads), where its tasks (at the durations the scheduler measured) take
     longer than fetching the rest there.
     Unmeasured tasks count as free: they stay where their data is."""
-    from dask.utils import key_split
     from distributed.core import Status
 
     spare = {address: ws.nthreads - len(load.get(address, ())) for address, ws in scheduler.workers.items()
@@ -167,6 +172,29 @@ def spread(scheduler: Scheduler, load: dict[str, list[Part]]) -> dict[str, list[
             spare[thief] -= 1
             if not spare[thief]:
                 del spare[thief]
+    return load
+
+
+def on_idle_threads(scheduler: Scheduler, load: dict[str, list[Part]], parts: list[Part]) -> dict[str, list[Part]] | str:
+    """``load`` with ``parts`` (which read nothing the workers hold: they make their own data) spread over the idle
+    task threads, one each in turn (so each worker gets its share of them), else why not. Run on the scheduler's event
+    loop.
+
+    An idle thread is one that no task is processing on and no part of ``load`` waits for. More parts than idle threads
+    wait for one; if they are alike (the same kinds of task, as the chunks of one array are), each takes as long as
+    the next, and an even share for each thread ends when the scheduler's placement as threads free up would. Parts of
+    different kinds would not: the scheduler runs those."""
+    from distributed.core import Status
+
+    idle = [(k, address) for address, ws in scheduler.workers.items() if ws.status == Status.running
+            for k in range(ws.nthreads - len(ws.processing) - len(load.get(address, ())))]
+    if parts and not idle:
+        return f"{len(parts)} parts make their own data, and no task thread is idle"
+    if len(parts) > len(idle) and len({tuple(key_split(t.key) for t in part.tasks) for part in parts}) > 1:
+        return f"{len(parts)} parts of different kinds make their own data, more than the {len(idle)} idle task threads"
+    threads = [address for _, address in sorted(idle)]  # each worker's first idle thread, then each one's second...
+    for i, part in enumerate(parts):
+        load.setdefault(threads[i % len(threads)], []).append(part)
     return load
 
 
@@ -202,7 +230,7 @@ class Direct:
         if isinstance(parts, str):
             return self._declined(parts)
         try:
-            return self.client.sync(self._run, parts)
+            return self.client.sync(self._run, parts, _output_bytes(arrays))
         except Exception:  # noqa: BLE001 - a worker went or is closing: the scheduler's run copes, and reports any error
             return self._declined("a worker went or closed under it")
 
@@ -211,17 +239,19 @@ class Direct:
         self.last = Choice(SCHEDULER, why, None, None)
         return None
 
-    async def _run(self, parts: list[Part]) -> dict[Any, Any] | None:
+    async def _run(self, parts: list[Part], made: dict[Any, int]) -> dict[Any, Any] | None:
         from distributed.protocol.serialize import ToPickle
 
-        from openclaw_dask.cluster.here import tell_stream
+        from openclaw_dask.cluster.here import streams_watched, tell_stream
 
-        where = placed(self.scheduler, parts)
+        where = placed(self.scheduler, [part for part in parts if part.reads])
         if isinstance(where, str):
             return self._declined(where)
-        where = spread(self.scheduler, where)
+        where = on_idle_threads(self.scheduler, spread(self.scheduler, where), [part for part in parts if not part.reads])
+        if isinstance(where, str):
+            return self._declined(where)
         fetch = {address: {k: w for part in sent for k, w in fetches(self.scheduler, part, address).items()} for address, sent in where.items()}
-        if (crowded := _too_much(self.scheduler, fetch)) is not None:
+        if (crowded := _too_much(self.scheduler, fetch, where, made)) is not None:
             return self._declined(crowded)
         rpc = self.client.rpc
         replies = await asyncio.gather(*(rpc(address).openclaw_direct(parts=ToPickle(sent), fetch=ToPickle(fetch[address]))
@@ -229,31 +259,58 @@ class Direct:
         if any(reply.get("status") != "OK" for reply in replies):
             answers = sorted({reply["status"] for reply in replies} - {"OK"})
             return self._declined(f"a worker answered {' and '.join(answers)} (paused, missing a key, or a task raised)")
-        results: dict[Any, Any] = {}
-        records: list[dict[str, Any]] = []  # as the scheduler's task stream has them, with the bytes each task read
-        for address, reply in zip(where, replies, strict=True):
-            first = len(records)
-            for values, ran in reply["results"]:
-                results.update(values)
-                records += [{"key": key, "worker": address, "thread": thread, "nbytes": wrote, "input_bytes": read,
-                             "status": "OK", "startstops": ({"action": "compute", "start": start, "stop": stop},)}
-                            for key, thread, start, stop, read, wrote in ran]
-            if reply.get("fetched") and len(records) > first:  # what it fetched from other workers: its first task's transfer
-                start, stop = reply["fetched"]
-                records[first]["startstops"] = ({"action": "transfer", "start": start, "stop": stop}, *records[first]["startstops"])
+        results, records = _answers(where, replies)
+        if streams_watched():  # a profiler: what each task's spec carried, as the scheduler's probe weighs its tasks
+            from dask.sizeof import sizeof
+
+            specs = {task.key: sizeof(task) for sent in where.values() for part in sent for task in part.tasks}
+            for r in records:
+                r["spec_bytes"] = specs.get(r["key"], 0)
         tell_stream(records)
         self.last = Choice(WORKERS, f"{len(records)} tasks on {len(where)} worker(s), no scheduling round", None, None)
         return results
 
 
-def _too_much(scheduler: Scheduler, fetch: dict[str, dict[Any, str]]) -> str | None:
-    """Why a worker should not fetch so much for one direct run, or ``None``: over a quarter of its memory limit, what
-    it fetches is held outside what the worker manages (never spilled); the scheduler's transfers are managed."""
-    for address, wanted in fetch.items():
-        nbytes, limit = sum(scheduler.tasks[key].get_nbytes() for key in wanted), scheduler.workers[address].memory_limit
+def _answers(where: dict[str, list[Part]], replies: list[dict[str, Any]]) -> tuple[dict[Any, Any], list[dict[str, Any]]]:
+    """The workers' ``replies`` (each ``OK``) to the parts sent ``where``: each output's value, and each task's record as
+    the scheduler's task stream has them, with the bytes it read."""
+    results: dict[Any, Any] = {}
+    records: list[dict[str, Any]] = []
+    for address, reply in zip(where, replies, strict=True):
+        first = len(records)
+        for values, ran in reply["results"]:
+            results.update(values)
+            records += [{"key": key, "worker": address, "thread": thread, "nbytes": wrote, "input_bytes": read,
+                         "status": "OK", "startstops": ({"action": "compute", "start": start, "stop": stop},)}
+                        for key, thread, start, stop, read, wrote in ran]
+        if reply.get("fetched") and len(records) > first:  # what it fetched from other workers: its first task's transfer
+            start, stop = reply["fetched"]
+            records[first]["startstops"] = ({"action": "transfer", "start": start, "stop": stop}, *records[first]["startstops"])
+    return results, records
+
+
+def _too_much(scheduler: Scheduler, fetch: dict[str, dict[Any, str]], where: dict[str, list[Part]],
+              made: Mapping[Any, int]) -> str | None:
+    """Why a worker should not run its parts of one direct run, or ``None``: what it would fetch and the results it
+    would make (``made``: bytes per output key) are held outside what the worker manages (never spilled) until it
+    answers; over a quarter of its memory limit, the scheduler's run, whose transfers and results are managed, is
+    the safe one."""
+    for address, sent in where.items():
+        fetched = sum(scheduler.tasks[key].get_nbytes() for key in fetch.get(address, ()))
+        nbytes, limit = fetched + sum(made.get(key, 0) for part in sent for key in part.outputs), scheduler.workers[address].memory_limit
         if limit and nbytes > limit / 4:
-            return f"a worker would fetch {nbytes / 2**20:.0f} MiB, over a quarter of its memory limit"
+            return f"a worker would hold {nbytes / 2**20:.0f} MiB fetched or made, over a quarter of its memory limit"
     return None
+
+
+def _output_bytes(arrays: list[Any]) -> dict[Any, int]:
+    """The bytes of each chunk of ``arrays`` by its key, as their chunk grids say (a chunk of unknown size: 0)."""
+    made: dict[Any, int] = {}
+    for array in arrays:
+        for index in itertools.product(*(range(len(c)) for c in array.chunks)):
+            n, key = math.prod(c[i] for c, i in zip(array.chunks, index, strict=True)), (array.name, *index)
+            made[key] = 0 if math.isnan(n) else int(n) * array.dtype.itemsize
+    return made
 
 
 def _annotated(graphs: list[Any]) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["Ran", "add", "streamed", "tell", "tell_stream", "watched"]
+__all__ = ["Ran", "add", "streamed", "streams_watched", "tell", "tell_stream", "watched"]
 
 Ran = dict[str, tuple[int, float]]  # task name -> (calls, seconds) run here
 
@@ -56,6 +56,11 @@ def streamed(callback: Callable[[list[dict[str, Any]]], None]) -> Iterator[None]
         yield
     finally:
         _STREAMS.remove(callback)
+
+
+def streams_watched() -> bool:
+    """Whether anyone watches the tasks sent straight to the workers (a profiler): records may then carry more."""
+    return bool(_STREAMS)
 
 
 def tell_stream(records: list[dict[str, Any]]) -> None:

@@ -38,7 +38,7 @@ __all__ = ["PARALLEL", "SCHEDULER", "SERIAL", "WORKERS", "Choice", "PathChooser"
 
 PARALLEL, SERIAL = "threads", "one thread"
 # a distributed engine's paths (cluster/direct.py)
-WORKERS, SCHEDULER = "straight to the workers holding its data", "through the scheduler"
+WORKERS, SCHEDULER = "straight to the workers", "through the scheduler"
 _WARM_RUNS = 2  # parallel runs of a shape before it is tried on one thread (the first pays page faults)
 _KEPT = 3  # runs kept per path: their median stands for the path
 MAX_SIGNED_LAYERS = 10_000  # a bigger graph always takes the task threads: its shape would cost too much to key

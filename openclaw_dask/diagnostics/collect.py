@@ -402,7 +402,8 @@ def _distributed(record: RunRecord, client: Any) -> Iterator[None]:
         finally:
             record.stop = time.time()
     record.graphs = probe["graphs"] + len(sent)
-    record.graph_bytes = sum(spec for spec, _ in probe["inputs"].values())
+    record.graph_bytes = sum(spec for spec, _ in probe["inputs"].values()) + sum(
+        r.get("spec_bytes", 0) for r in itertools.chain.from_iterable(sent))  # and the specs sent straight to workers
     record.tasks += _stream_tasks([*stream.data, *itertools.chain.from_iterable(sent)], record, probe["inputs"])
     for address, info in client.run(_worker_end, since=since, t0=record.start).items():
         record.workers[address] = WorkerRecord(address=address, **info)
