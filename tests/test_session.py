@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import signal
 import sys
 
 import dask
@@ -277,7 +278,11 @@ def test_progress_bar_is_a_widget_in_a_notebook(tmp_path):
         "with openclaw_dask.session(workers=2) as s:\n"
         "    assert WORKLOADS['array-sum'](s, size=8 * 2**20, repeat=1, progress=True).ok"
     )]
-    NotebookClient(book, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    found = signal.getsignal(signal.SIGINT)
+    try:
+        NotebookClient(book, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    finally:  # nbclient's loop.remove_signal_handler sets SIGINT to Python's default, whatever was there before
+        signal.signal(signal.SIGINT, found)
     kinds = {kind for out in book.cells[0].outputs for kind in out.get("data", {})}
     assert "application/vnd.jupyter.widget-view+json" in kinds  # rich's live bar, as an ipywidgets Output
     assert not [o for o in book.cells[0].outputs if o.get("name") == "stderr" and "ipywidgets" in o.get("text", "")]
