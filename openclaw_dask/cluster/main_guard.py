@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import os
 import sys
-from types import FrameType, TracebackType
+from types import FrameType, ModuleType, TracebackType
 
 from openclaw_dask.errors import ClusterStartError
 
@@ -55,12 +55,11 @@ def unguarded_main_line() -> tuple[str, int] | None:
     (``python -c``, a notebook, ``openclaw run`` which runs the script in a namespace of its
     own), a package's ``__main__`` run with ``-m``, or worker processes forked rather than spawned.
     """
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    spec_name = getattr(getattr(main, "__spec__", None), "name", None) or ""
-    if main is None or not isinstance(path, str) or spec_name == "__main__" or spec_name.endswith(".__main__"):
+    found = _spawned_main()
+    if found is None:
         return None
-    if start_method() == "fork":
+    main, path, spec_name = found
+    if spec_name == "__main__" or spec_name.endswith(".__main__"):
         return None
     frame = _module_frame(vars(main), path)
     if frame is None or _guarded(path, frame.f_lineno):
@@ -86,15 +85,25 @@ def _module_frame(main_globals: dict[str, object], path: str) -> FrameType | Non
     return None
 
 
+def _spawned_main() -> tuple[ModuleType, str, str] | None:
+    """The main module, its ``__file__`` and its spec's name (``""``: none) where worker processes are spawned and the
+    main module has a file path; else ``None`` (``python -c``, a notebook, or forked workers, which run nothing again)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or not isinstance(path, str) or start_method() == "fork":
+        return None
+    return main, path, getattr(getattr(main, "__spec__", None), "name", None) or ""
+
+
 def _main_without_file() -> str | None:
     """The main script's ``__file__`` where a spawned process would run it again from that path and find no file there."""
     from multiprocessing import process
 
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if not isinstance(path, str) or getattr(getattr(main, "__spec__", None), "name", None) or start_method() == "fork":
-        return None  # no path (python -c, a notebook), run as a module (-m), or nothing runs it again
+    found = _spawned_main()
+    if found is None or found[2]:
+        return None  # nothing run again, or a module run with -m (run again by its name)
     # where multiprocessing looks: relative to the folder this process started in
+    path = found[1]
     return None if os.path.isfile(os.path.join(getattr(process, "ORIGINAL_DIR", None) or "", path)) else path
 
 
