@@ -6,13 +6,16 @@ whose hand-offs between threads cost more than they run), and there it loses: th
 paid and nothing is won. Which graphs those are depends on the machine, so it is measured, per
 graph shape (:func:`signature`: its layers' kinds, its outputs' chunks), by :class:`PathChooser`:
 
-1. The first two computes of a shape run on the task threads (the first pays for warm-up).
-   A run that spent over a quarter of its wall time in the kernel (system time: page faults
-   while the heap grows to what two threads hold at once) is warm-up too, not evidence, up to
-   :data:`_KEPT` such runs a path: on a VM where a fault costs ~1 ms, stencil's first two runs on
-   2 threads took 2.6 and 1.1 s (4.5 and 1.5 s of system time), then 370 ms each, against 620 ms
-   on one thread; counted, they chose one thread for good (docs/benchmarks.md).
-2. The third runs once on the calling thread, unless that could cost more than one more run: when
+1. The first three computes of a shape run on the task threads. The first is never counted: it
+   pays what a shape pays once (its first BLAS call, its temporaries' first pages), and counted it
+   tipped choices: in 2 of 4 quick reports the tree-reduction took one thread, "16.4 ms on one
+   thread, 16.7 on 2", where 2 threads take 10 (docs/benchmarks.md, twenty-fourth pass). A later run
+   that spent over a quarter of its wall time in the kernel (system time: page faults while the heap
+   grows to what two threads hold at once) is warm-up too, not evidence, up to :data:`_KEPT` such runs
+   a path: on a VM where a fault costs ~1 ms, stencil's first two runs on 2 threads took 2.6 and 1.1 s
+   (4.5 and 1.5 s of system time), then 370 ms each, against 620 ms on one thread; counted, they chose
+   one thread for good.
+2. The fourth runs once on the calling thread, unless that could cost more than one more run: when
    the tasks' busy time on the threads (what the work would take one thread, or more, since threads
    slow each other down on memory) is over twice the run's wall time. That never holds on 2
    threads, where one thread takes at most about twice as long as both.
@@ -39,7 +42,7 @@ __all__ = ["PARALLEL", "SCHEDULER", "SERIAL", "WORKERS", "Choice", "PathChooser"
 PARALLEL, SERIAL = "threads", "one thread"
 # a distributed engine's paths (cluster/direct.py)
 WORKERS, SCHEDULER = "straight to the workers", "through the scheduler"
-_WARM_RUNS = 2  # parallel runs of a shape before it is tried on one thread (the first pays page faults)
+_WARM_RUNS = 2  # counted parallel runs of a shape before it is tried on one thread (after the first, never counted)
 _KEPT = 3  # runs kept per path: their median stands for the path
 MAX_SIGNED_LAYERS = 10_000  # a bigger graph always takes the task threads: its shape would cost too much to key
 _WARMING_SHARE = 0.25  # system time over this share of a run's wall: the run paid page faults, not its path's cost
@@ -123,6 +126,8 @@ class PathChooser:
         runs = self._shapes.setdefault(shape, _Runs())
         runs.count += 1
         runs.latest[path] = runs.count
+        if runs.count == 1:  # the shape's first run: its one-time costs say nothing of its path
+            return
         if system > max(_WARMING_SHARE * seconds, _WARMING_MIN_S) and runs.warming[path] < _KEPT:
             runs.warming[path] += 1
             runs.tried = runs.tried and path != SERIAL  # a trial that only warmed up is tried again
