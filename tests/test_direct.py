@@ -30,6 +30,7 @@ from openclaw_dask.cluster.direct import (
     _too_much,
     activity,
     fetches,
+    idle_threads,
     on_idle_threads,
     placed,
     split,
@@ -60,11 +61,30 @@ def test_graphs_the_scheduler_must_place_do_not_split():
     big = {("a", i): Task(("a", i), operator.neg, TaskRef(("x", i))) for i in range(MAX_TASKS + 1)}
     assert split(big, list(big)) == f"over {MAX_TASKS} tasks"
     assert "not dask's tasks" in split({("a", 0): (operator.neg, ("x", 0))}, [("a", 0)])
+
+
+def test_parts_that_fan_in_or_out_are_told_from_chains():
+    reads = Task(("a", 0), operator.neg, TaskRef(("x", 0)))
     a1 = Task(("a", 1), operator.neg, TaskRef(("x", 1)))
     merge = Task(("m", 0), operator.add, TaskRef(("a", 0)), TaskRef(("a", 1)))
-    assert "branch" in split(_graph(reads, a1, merge), [("m", 0)])  # a fan-in: its branches run on several threads
+    (fan_in,) = split(_graph(merge, reads, a1), [("m", 0)])
+    assert fan_in.branches and fan_in.tasks[-1].key == ("m", 0) and sorted(fan_in.reads) == [("x", 0), ("x", 1)]
     twice = Task(("t", 0), operator.neg, TaskRef(("a", 0)))
-    assert "branch" in split(_graph(reads, twice, Task(("u", 0), abs, TaskRef(("a", 0)))), [("t", 0), ("u", 0)])  # fan-out
+    (fan_out,) = split(_graph(reads, twice, Task(("u", 0), abs, TaskRef(("a", 0)))), [("t", 0), ("u", 0)])
+    assert fan_out.branches and fan_out.tasks[0].key == ("a", 0) and sorted(fan_out.outputs) == [("t", 0), ("u", 0)]
+    assert [p.branches for p in split(_graph(reads, twice, a1), [("t", 0), ("a", 1)])] == [False, False]
+
+
+def test_parts_that_branch_go_straight_to_the_workers_only_if_every_task_thread_gets_one():
+    # a part runs on one thread: where the scheduler would run its branches on threads left idle, it goes there
+    rows = [Part((), (f"x{i}",), (f"a{i}",), branches=True) for i in range(2)]
+    two = _scheduler(x0=("w1",), x1=("w2",))
+    assert idle_threads(two, placed(two, rows)) == []  # matmul's two output rows on 2 workers of one thread each
+    assert idle_threads(two, placed(two, rows[:1])) == [(0, "w2")]
+    wide = _scheduler(nthreads=2, x0=("w1",), x1=("w2",))
+    assert sorted(idle_threads(wide, placed(wide, rows))) == [(0, "w1"), (0, "w2")]  # each worker's second thread
+    wide.workers["w1"].processing = {"a task of another compute"}
+    assert idle_threads(wide, placed(wide, rows)) == [(0, "w2")]
 
 
 def test_a_part_that_reads_nothing_held_is_a_part_of_its_own():
@@ -133,6 +153,11 @@ def test_parts_that_would_wait_for_a_thread_go_to_idle_ones_when_their_tasks_out
     # and so are the results it makes until it answers
     assert _too_much(slow, {"w2": {}}, {"w2": [out]}, {"a": 16}) is None
     assert "17 B" not in (held := _too_much(slow, {"w2": {"x0": "w1"}}, {"w2": [out]}, {"a": 9})) and "quarter" in held
+    # and what a part that branches holds between its tasks: each result at most its biggest block (8 bytes here)
+    two, three = Part((task, task), ("x0",), ("a",), branches=True), Part((task, task, task), ("x0",), ("a",), branches=True)
+    assert _too_much(slow, {"w2": {}}, {"w2": [two]}, {"a": 4}) is None  # 4 + 8 of 64
+    assert "quarter" in _too_much(slow, {"w2": {}}, {"w2": [three]}, {"a": 4})  # 4 + 16
+    assert _too_much(slow, {"w2": {}}, {"w2": [three._replace(branches=False)]}, {"a": 4}) is None
 
 
 def test_the_bytes_a_direct_run_makes_are_read_off_the_chunk_grids():
@@ -193,6 +218,18 @@ def test_a_worker_runs_its_parts_from_its_own_data_or_none_of_them():
     assert _answer(_with({("x", 0): 20}, status="paused"), [part])["status"] == "busy"
     failing = Part((Task(("c", 0), operator.truediv, TaskRef(("x", 0)), 0),), (("x", 0),), (("c", 0),))
     assert _answer(_with({("x", 0): 20}), [part, failing])["status"] == "failed"
+
+
+def test_a_worker_keeps_an_intermediate_until_its_last_reader_ran():
+    twice = Task(("s", 0), operator.mul, TaskRef(("x", 0)), 2)  # read by two tasks
+    up, down = Task(("u", 0), operator.add, TaskRef(("s", 0)), 1), Task(("d", 0), operator.sub, TaskRef(("s", 0)), 1)
+    both = Task(("m", 0), operator.mul, TaskRef(("u", 0)), TaskRef(("d", 0)))
+    part = Part((twice, up, down, both), (("x", 0),), (("m", 0), ("u", 0)), branches=True)
+    data = {("x", 0): 20}
+    reply = _answer(_with(data), [part])
+    assert reply["status"] == "OK" and data == {("x", 0): 20}
+    (values, ran), = reply["results"].data
+    assert values == {("m", 0): 41 * 39, ("u", 0): 41} and [r[0] for r in ran] == [t.key for t in part.tasks]
 
 
 def _tasks_seen(s, run):
@@ -276,6 +313,28 @@ def test_a_compute_whose_data_lies_on_one_worker_runs_on_both_and_equals_numpy(p
     np.testing.assert_allclose(value, np.sin(a @ np.ones((512, 512))) @ np.ones((512, 512)), rtol=1e-12)
     assert not scheduled and {r["worker"] for r in sent} == set(c.scheduler_info()["workers"]), sent
     assert any(st["action"] == "transfer" for r in sent for st in r["startstops"])  # the fetch, as its first task's transfer
+
+
+def test_output_rows_that_branch_run_on_the_workers_holding_them_when_each_gets_one(process_session):
+    """matmul of two row-split matrices: each output row reads its row of x and all of y, splitting its row and summing
+    two products (it branches), one row per worker: each runs on one worker, which fetches the half of y it lacks."""
+    s = process_session
+    c = s.client
+    workers = sorted(c.scheduler_info()["workers"])
+
+    def rows(seed):  # row block i on workers[i]
+        with dask.annotate(workers=lambda key: [workers[key[1]]]):
+            made = s.array((256, 256), "float64", fill="random", seed=seed, chunks=(128, 256))
+        return c.persist(made, optimize_graph=False)
+
+    x, y = rows(1), rows(2)
+    distributed.wait([x, y])
+    value, scheduled, sent = _tasks_seen(s, lambda: s.compute(x @ y))
+    np.testing.assert_allclose(value, s.compute(x) @ s.compute(y), rtol=1e-12)
+    assert not scheduled and {r["worker"] for r in sent} == set(workers), (scheduled, sent)
+    value, scheduled, sent = _tasks_seen(s, lambda: s.compute(x[:128] @ y))  # one row: the other worker would idle
+    assert scheduled and not sent and "1 task thread(s) would be idle" in s.running.path.reason
+    np.testing.assert_allclose(value, s.compute(x[:128]) @ s.compute(y), rtol=1e-12)
 
 
 def _fails(block):

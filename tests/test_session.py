@@ -282,6 +282,7 @@ def test_progress_bar_is_a_widget_in_a_notebook(tmp_path):
     try:
         NotebookClient(book, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     finally:  # nbclient's loop.remove_signal_handler sets SIGINT to Python's default, whatever was there before
+        # (ignored, where pytest runs as a background job of a non-interactive shell: `bash -c '... &'`)
         signal.signal(signal.SIGINT, found)
     kinds = {kind for out in book.cells[0].outputs for kind in out.get("data", {})}
     assert "application/vnd.jupyter.widget-view+json" in kinds  # rich's live bar, as an ipywidgets Output

@@ -20,13 +20,17 @@ What qualifies (else the compute goes to the scheduler as before, nothing lost):
   resources), the compute pins none (``workers=``, ``resources=``), and the cluster does not adapt
   (the scheduler, seeing its workers idle, would retire them under the compute);
 - each part (tasks joined by what they read of each other) reads data held in memory on the workers,
-  and a worker would not fetch more than a quarter of its memory limit (below); or it reads nothing
+  and a worker would not hold over a quarter of its memory limit fetched or made (:func:`_too_much`); or it reads nothing
   held (it makes its data: ``da.random``, a reader) and some task thread is idle: such parts are
   spread over the idle threads, an even share each, if they are alike (:func:`on_idle_threads`); the
   scheduler, at ~2.7 ms a task on worker processes here, placed each as a thread freed up. The mean
   of fresh random data on 2 worker processes: 8 MiB in 2 chunks 9.2 ms against 16.7 through the
   scheduler (the threads engine 8.5), 64 MiB in 64 chunks 39 against 108 (threads 46;
-  docs/benchmarks.md, twenty-third pass).
+  docs/benchmarks.md, twenty-third pass);
+- a part whose tasks fan in or out runs on one thread, where the scheduler would run its branches on
+  several: it goes straight to the workers only if every task thread gets a part (:func:`idle_threads`),
+  as the two output rows of a row-split matmul do on 2 worker processes (each splits its row, multiplies
+  both halves and adds them): 512 MiB 373-393 -> 354-360 ms, 64 MiB 50-54 -> 32-35 (twenty-fourth pass).
 
 Each part goes to the worker holding most of the bytes it reads, which first fetches the rest from
 a worker holding it (:func:`fetches`: distributed's own request, read out of the holder's memory
@@ -55,6 +59,7 @@ import itertools
 import math
 import threading
 import time
+from collections import Counter
 from graphlib import TopologicalSorter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -68,29 +73,34 @@ if TYPE_CHECKING:
 
     from distributed import Client, Scheduler, Worker
 
-__all__ = ["MAX_TASKS", "Direct", "DirectRuns", "Part", "activity", "fetches", "on_idle_threads", "placed", "split", "spread"]
+__all__ = ["MAX_TASKS", "Direct", "DirectRuns", "Part", "activity", "fetches", "idle_threads", "on_idle_threads", "placed", "split",
+           "spread"]
 
 OP = "openclaw_direct"  # the workers' handler
 MAX_TASKS = 4096  # a bigger graph goes to the scheduler: splitting it here would cost what it saves
 _PINNING = frozenset({"workers", "allow_other_workers", "resources"})  # compute keywords only the scheduler honours
-_BRANCHES = "its tasks branch (a fan-in or fan-out the scheduler runs on several threads)"
+_BRANCHES = "its tasks branch (a fan-in or fan-out) and {idle} task thread(s) would be idle: the scheduler runs branches on them"
 
 
 class Part(NamedTuple):
-    """Tasks that read each other's outputs: in the order they run, the worker's data they read, and the outputs wanted."""
+    """Tasks that read each other's outputs: in the order they run, the worker's data they read, the outputs wanted,
+    and whether they branch (a task reads two of the part's, or two read one): else a chain."""
 
     tasks: tuple[Any, ...]  # dask._task_spec.GraphNode
     reads: tuple[Any, ...]
     outputs: tuple[Any, ...]
+    branches: bool = False
 
 
 def split(graph: Mapping[Any, Any], outputs: Iterable[Any]) -> list[Part] | str:
-    """``graph``'s independent parts, each a chain of tasks reading data outside the graph (the workers'), or none; else
-    why not (a part is no chain, an output is not a task of the graph, the graph is not dask's task specs).
+    """``graph``'s independent parts, each tasks reading data outside the graph (the workers'), or none; else why not
+    (an output is not a task of the graph, the graph is not dask's task specs).
 
     A chain (each task reads at most one other of its part, and is read by at most one) runs on one thread as fast
-    as on several, and holds one intermediate at a time; a part that fans in or out (a rechunk's merges, the combines
-    of blocks on several workers) is left to the scheduler, which runs its branches on several threads.
+    as on several, and holds one intermediate at a time. A part that fans in or out (a rechunk's merges, the combines
+    of blocks on several workers) runs on one thread too, where the scheduler would run its branches on several: it
+    goes straight to the workers only when every task thread gets a part (:func:`idle_threads`), as matmul's output
+    rows do on 2 worker processes of one thread each.
     """
     from dask._task_spec import GraphNode
 
@@ -107,32 +117,30 @@ def split(graph: Mapping[Any, Any], outputs: Iterable[Any]) -> list[Part] | str:
         return key
 
     read_by: dict[Any, int] = {}
+    fans_in = set()  # the parts' roots, once known, of tasks reading two tasks of their part
     for key, node in graph.items():
         within = [dep for dep in node.dependencies if dep in graph]
         if len(within) > 1:
-            return _BRANCHES
+            fans_in.add(key)
         for dep in within:
             parent[root(dep)] = root(key)
             read_by[dep] = read_by.get(dep, 0) + 1
-    if any(n > 1 for n in read_by.values()):
-        return _BRANCHES
+    branching = {root(key) for key in fans_in} | {root(key) for key, n in read_by.items() if n > 1}
     members: dict[Any, list[Any]] = {}
     for key in graph:
         members.setdefault(root(key), []).append(key)
     parts = []
-    for keys in members.values():
+    for top, keys in members.items():
         inside = set(keys)
         reads = {dep for key in keys for dep in graph[key].dependencies if dep not in inside}
         order = TopologicalSorter({key: graph[key].dependencies & inside for key in keys}).static_order()
-        parts.append(Part(tuple(graph[k] for k in order), tuple(reads), tuple(k for k in keys if k in wanted)))
+        parts.append(Part(tuple(graph[k] for k in order), tuple(reads), tuple(k for k in keys if k in wanted), top in branching))
     return parts
 
 
 def placed(scheduler: Scheduler, parts: list[Part]) -> dict[str, list[Part]] | str:
     """Each part under the address of the worker holding the most bytes of what it reads (the least loaded of
     several), else why some part cannot go straight to a worker. Run on the scheduler's event loop."""
-    from collections import Counter
-
     load: dict[str, list[Part]] = {}
     for part in parts:
         held: Counter[str] = Counter()
@@ -184,10 +192,7 @@ def on_idle_threads(scheduler: Scheduler, load: dict[str, list[Part]], parts: li
     wait for one; if they are alike (the same kinds of task, as the chunks of one array are), each takes as long as
     the next, and an even share for each thread ends when the scheduler's placement as threads free up would. Parts of
     different kinds would not: the scheduler runs those."""
-    from distributed.core import Status
-
-    idle = [(k, address) for address, ws in scheduler.workers.items() if ws.status == Status.running
-            for k in range(ws.nthreads - len(ws.processing) - len(load.get(address, ())))]
+    idle = idle_threads(scheduler, load)
     if parts and not idle:
         return f"{len(parts)} parts make their own data, and no task thread is idle"
     if len(parts) > len(idle) and len({tuple(key_split(t.key) for t in part.tasks) for part in parts}) > 1:
@@ -196,6 +201,15 @@ def on_idle_threads(scheduler: Scheduler, load: dict[str, list[Part]], parts: li
     for i, part in enumerate(parts):
         load.setdefault(threads[i % len(threads)], []).append(part)
     return load
+
+
+def idle_threads(scheduler: Scheduler, load: Mapping[str, list[Part]]) -> list[tuple[int, str]]:
+    """``(k, address)`` for the k-th idle task thread of each running worker: one that no task is processing on and no
+    part of ``load`` waits for. Run on the scheduler's event loop."""
+    from distributed.core import Status
+
+    return [(k, address) for address, ws in scheduler.workers.items() if ws.status == Status.running
+            for k in range(ws.nthreads - len(ws.processing) - len(load.get(address, ())))]
 
 
 def fetches(scheduler: Scheduler, part: Part, address: str) -> dict[Any, str]:
@@ -250,6 +264,8 @@ class Direct:
         where = on_idle_threads(self.scheduler, spread(self.scheduler, where), [part for part in parts if not part.reads])
         if isinstance(where, str):
             return self._declined(where)
+        if any(part.branches for part in parts) and (idle := idle_threads(self.scheduler, where)):
+            return self._declined(_BRANCHES.format(idle=len(idle)))
         fetch = {address: {k: w for part in sent for k, w in fetches(self.scheduler, part, address).items()} for address, sent in where.items()}
         if (crowded := _too_much(self.scheduler, fetch, where, made)) is not None:
             return self._declined(crowded)
@@ -297,10 +313,20 @@ def _too_much(scheduler: Scheduler, fetch: dict[str, dict[Any, str]], where: dic
     the safe one."""
     for address, sent in where.items():
         fetched = sum(scheduler.tasks[key].get_nbytes() for key in fetch.get(address, ()))
-        nbytes, limit = fetched + sum(made.get(key, 0) for part in sent for key in part.outputs), scheduler.workers[address].memory_limit
+        made_here = sum(made.get(key, 0) for part in sent for key in part.outputs) + sum(_between(scheduler, part, made) for part in sent)
+        nbytes, limit = fetched + made_here, scheduler.workers[address].memory_limit
         if limit and nbytes > limit / 4:
             return f"a worker would hold {nbytes / 2**20:.0f} MiB fetched or made, over a quarter of its memory limit"
     return None
+
+
+def _between(scheduler: Scheduler, part: Part, made: Mapping[Any, int]) -> int:
+    """A bound on the bytes a branching part holds between its tasks: each task's result at most the biggest block the
+    part reads or makes (a chain holds one intermediate at a time, beside its output)."""
+    if not part.branches:
+        return 0
+    blocks = [scheduler.tasks[key].get_nbytes() for key in part.reads] + [made.get(key, 0) for key in part.outputs]
+    return (len(part.tasks) - len(part.outputs)) * max(blocks, default=0)
 
 
 def _output_bytes(arrays: list[Any]) -> dict[Any, int]:
@@ -401,6 +427,7 @@ def _ran(part: Part, values: dict[Any, Any]) -> tuple[dict[Any, Any], list[tuple
     from dask.sizeof import sizeof
 
     ran, thread, kept = [], threading.get_ident(), {*part.outputs, *part.reads}
+    readers = Counter(dep for task in part.tasks for dep in task.dependencies)
     try:
         for task in part.tasks:
             start = time.time()
@@ -408,8 +435,10 @@ def _ran(part: Part, values: dict[Any, Any]) -> tuple[dict[Any, Any], list[tuple
             stop = time.time()
             read = sum(sizeof(values[dep]) for dep in task.dependencies)
             ran.append((task.key, thread, start, stop, read, sizeof(values[task.key])))
+            readers.subtract(task.dependencies)
             for dep in task.dependencies - kept:
-                del values[dep]  # an intermediate read by this task alone (a chain): not held while the next runs
+                if not readers[dep]:
+                    del values[dep]  # an intermediate whose last reader ran: not held while the next tasks run
     except Exception:  # noqa: BLE001 - the scheduler's run reports it, with the worker's traceback
         return None
     return {key: values[key] for key in part.outputs}, ran
