@@ -24,6 +24,10 @@ ENGINES = {
 x = da.arange(10_000, chunks=1_000, dtype="float64") % 7 - 3.5  # 10 chunks: one level of partials, then the combine
 few = da.arange(2_000, chunks=1_000, dtype="float64")  # 2 chunks: the combine reads the chunks' sums directly
 m = da.arange(60_000, chunks=6_000, dtype="float64").reshape(600, 100).rechunk((60, 100))
+g = da.from_array(np.random.default_rng(0).random((600, 8)), chunks=(60, 8))  # g.T @ g: well conditioned
+# solve(g.T @ g, its first column) is exactly (1, 0, ..., 0), up to rounding. Not g.T @ v for a vector v: matrix-vector
+# products of the same blocks gave other bits from compute to compute on 2 worker processes, with or without openclaw
+# (raw distributed: 2-4 versions in 5-8 computes), so the engine's own runs differ
 
 REDUCTIONS = {
     "sum": lambda: x.sum(),
@@ -40,6 +44,8 @@ REDUCTIONS = {
     "a combine divided": lambda: x.sum() / x.size,
     "norm": lambda: da.linalg.norm(x),
     "two combines' ratio": lambda: x.max() / few.sum(),
+    "least squares: NumPy's solve of two combines": lambda: da.blockwise(
+        np.linalg.solve, "i", g.T @ g, "ij", (g.T @ g)[:, 0], "j", concatenate=True, dtype="float64"),
 }
 
 
@@ -59,6 +65,10 @@ def plus_one(a):
     return a + 1
 
 
+def add_k(a, k):
+    return a + k
+
+
 def test_other_ends_stay_on_the_engine():
     assert tail_of(x + 1) is None and tail_of(x.map_blocks(np.negative)) is None
     assert tail_of(x.sum().map_blocks(plus_one)) is None  # a user's function: it may need a worker, or take long
@@ -68,6 +78,14 @@ def test_other_ends_stay_on_the_engine():
     wide = da.ones((50_000, 40), chunks=(50_000, 1)).sum(axis=1)  # one 400 KB result from 40 partials of 400 KB
     assert wide.npartitions == 1 and 40 * wide.nbytes > MAX_BYTES and tail_of(wide) is None
     assert 40 * 8 * wide.nbytes > LOCAL_MAX_BYTES and tail_of(wide, LOCAL_MAX_BYTES) is None  # partials may be 8x the result
+    # a step that is not element-wise may make more than it reads: its result, by its layer's shape, within the bound
+    spread_out = da.blockwise(np.resize, "j", x.sum(keepdims=True), "i", new_axes={"j": 400_000}, new_shape=400_000,
+                              dtype="float64")
+    assert spread_out.nbytes > MAX_BYTES and tail_of(spread_out[:1]) is None and tail_of(spread_out[:1], LOCAL_MAX_BYTES)
+    assert tail_of(x.sum(keepdims=True).map_blocks(add_k, k=2)) is None  # the user's function as data of dask's task
+    assert tail_of(da.ones(10)) is None and tail_of(da.ones(10) + 1) is None  # no combine: made here, nothing gathered
+    for wrapped in (np.vectorize(plus_one), np.frompyfunc(plus_one, 1, 1)):  # NumPy's wrappers of the user's function
+        assert tail_of(da.blockwise(wrapped, "i", x.sum(keepdims=True), "i", meta=np.array((), "float64"))) is None
 
 
 def test_the_bound_is_the_engines_by_where_its_workers_are():

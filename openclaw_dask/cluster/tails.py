@@ -11,17 +11,21 @@ those run here too, and only the chunks' own partials come back (64 chunks at fa
 54-60 ms; 1,000 chunks: 832-899 -> 602-670 ms; eleventh pass).
 
 What moves: dask's own aggregate of a NumPy reduction (its layer named ``<reduction>-aggregate``)
-and the levels of combines below it, and dask's element-wise operations on such results (``x.std()`` is ``sqrt`` of ``var``'s aggregate,
-``x.sum() / n`` a ``truediv``: NumPy's, ``operator``'s or dask's own functions, not a user's
-``map_blocks``), with no annotations (no pinned workers or resources), the aggregate and each
-element-wise step one task, reading at most :data:`MAX_BYTES` of partials (:data:`LOCAL_MAX_BYTES` from
-workers on this machine), known from the layers' shapes before anything runs.
+and the levels of combines below it, and steps of NumPy's, ``operator``'s or dask's own functions on
+such results, not a user's ``map_blocks``: element-wise ones (``x.std()`` is ``sqrt`` of ``var``'s
+aggregate, ``x.sum() / n`` a ``truediv``), and others whose result is at most the bound below, as
+known from their layer's shape (the least-squares solve of ``X^T X`` and ``X^T y``: a getitem of one
+aggregate, then ``np.linalg.solve`` of both, 5-15 ms of scheduling rounds on worker processes;
+docs/benchmarks.md, twenty-fourth pass). No annotations (no pinned workers or resources), the
+aggregate and each step one task, reading at most :data:`MAX_BYTES` of partials (:data:`LOCAL_MAX_BYTES`
+from workers on this machine), known from the layers' shapes before anything runs.
 The tasks are the same functions on the same inputs, so the result is the same.
 What ran here is told to the profiler (:mod:`openclaw_dask.cluster.here`).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -92,19 +96,22 @@ def tail_of(array: Any, max_bytes: int = MAX_BYTES) -> Tail | None:
 
 def _take(graph: Any, name: str, max_bytes: int, tasks: dict[Any, Any], inputs: dict[str, Any]) -> bool:
     """Add layer ``name``'s one task to ``tasks`` (after those it reads) and the arrays it reads to ``inputs``,
-    when it is dask's combine of a reduction or an element-wise step on such combines."""
+    when it is dask's combine of a reduction or a step of the libraries' functions on such combines."""
     from dask.blockwise import Blockwise
+    from dask.highlevelgraph import MaterializedLayer
     from dask.utils import key_split
 
     layer = graph.layers[name]
     combine = key_split(name).endswith("-aggregate")
-    if layer.annotations or not (combine or isinstance(layer, Blockwise)):
+    if layer.annotations or not (combine or isinstance(layer, (Blockwise, MaterializedLayer))):
         return False  # decided before any key is listed: most one-chunk results are neither
     if combine:
         return _combined(graph, name, max(_nbytes(layer), 8), max_bytes, tasks, inputs)
     names = sorted(graph.dependencies.get(name, ()))
     task = _one_task(layer, set().union(*(graph.layers[d].get_output_keys() for d in names)))
-    if task is None or not _elementwise(task) or not all(_take(graph, d, max_bytes, tasks, inputs) for d in names):
+    if not names or task is None or not _libraries(task) or not (_elementwise(task) or _nbytes(layer) <= max_bytes):
+        return False  # a step reads the combines below it: one that reads nothing makes data (a chunk's fill)
+    if not all(_take(graph, d, max_bytes, tasks, inputs) for d in names):
         return False
     tasks[task.key] = task
     return True
@@ -151,14 +158,45 @@ def _one_task(layer: Any, reads: set[Any]) -> Any:
 
 
 def _elementwise(task: Any) -> bool:
-    """Dask's element-wise step (``_enforce_dtype`` of a NumPy, ``operator`` or dask function) on references and constants."""
-    from dask._task_spec import DataNode, GraphNode, TaskRef
+    """Whether ``task`` is dask's element-wise step (``_enforce_dtype`` of a function): its result no bigger than its inputs."""
     from dask.array.core import _enforce_dtype
 
-    function = task.kwargs.get("enforce_dtype_function") if task.func is _enforce_dtype else None
-    module = str(getattr(function, "__module__", None) or "")
-    plain = all(isinstance(a, (TaskRef, DataNode)) or not isinstance(a, GraphNode) for a in task.args)
-    return plain and module.split(".")[0] in ("numpy", "operator", "_operator", "dask")
+    return task.func is _enforce_dtype and "enforce_dtype_function" in task.kwargs
+
+
+_LIBRARIES = ("numpy", "operator", "_operator", "dask")
+_CONTAINERS = (list, tuple, dict, set, slice)  # what dask's nested task specs name as the type they make
+
+
+def _libraries(node: Any) -> bool:
+    """Whether ``node`` runs only NumPy's, ``operator``'s and dask's own functions (its nested tasks' too, and any
+    function handed to them as an argument) on references and constants: no user code runs in the client."""
+    from dask._task_spec import DataNode, GraphNode, Task, TaskRef
+
+    if isinstance(node, TaskRef):
+        return True
+    if isinstance(node, DataNode):  # a function may come as data: map_blocks hands dask its user's function so
+        return _libraries(node.value)
+    if isinstance(node, Task):
+        return _library(node.func) and all(_libraries(a) for a in (*node.args, *node.kwargs.values()))
+    if isinstance(node, GraphNode):
+        return False
+    if isinstance(node, (list, tuple, set)):
+        return all(_libraries(v) for v in node)
+    if isinstance(node, dict):
+        return all(_libraries(v) for v in node.values())
+    return not callable(node) or node in _CONTAINERS or _library(node)
+
+
+def _library(function: Any) -> bool:
+    """Whether ``function`` is NumPy's, ``operator``'s or dask's (a ``functools.partial`` of one, on plain arguments)."""
+    import numpy as np
+
+    if isinstance(function, functools.partial):
+        return _library(function.func) and all(_libraries(a) for a in (*function.args, *function.keywords.values()))
+    if isinstance(function, np.vectorize) or isinstance(function, np.ufunc) and function.__name__.endswith("(vectorized)"):
+        return False  # NumPy's wrappers of a Python function (np.vectorize, np.frompyfunc): the user's code
+    return str(getattr(function, "__module__", None) or "").split(".")[0] in _LIBRARIES
 
 
 def _nbytes(layer: Any) -> float:
