@@ -117,7 +117,7 @@ def split(graph: Mapping[Any, Any], outputs: Iterable[Any]) -> list[Part] | str:
         return key
 
     read_by: dict[Any, int] = {}
-    fans_in = set()  # the parts' roots, once known, of tasks reading two tasks of their part
+    fans_in: set[Any] = set()  # tasks reading two others of the graph (their parts are known once all are joined)
     for key, node in graph.items():
         within = [dep for dep in node.dependencies if dep in graph]
         if len(within) > 1:
