@@ -12,8 +12,8 @@ path column is the process backend's (``straight to the workers`` or ``through t
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+
+from _timing import median_s
 
 import openclaw_dask
 
@@ -33,12 +33,7 @@ def _timings(backend: str, repeat: int) -> tuple[dict[tuple[int, int], float], d
 
             for _ in range(3):
                 job()
-            runs = []
-            for _ in range(repeat):
-                start = time.perf_counter()
-                job()
-                runs.append(time.perf_counter() - start)
-            times[mib, chunks] = statistics.median(runs)
+            times[mib, chunks] = median_s(job, repeat)
             path = getattr(s.running, "path", None) if s.running is not None else None
             paths[mib, chunks] = path.path if path is not None else "-"
     return times, paths

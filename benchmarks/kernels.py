@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
+
+from _timing import times_s
 
 import openclaw_dask
 from openclaw_dask.cluster import running_of
@@ -35,11 +36,7 @@ def main() -> None:
             try:
                 for _ in range(3):
                     prepared.execute(s)
-                times = []
-                for _ in range(args.repeat):
-                    start = time.perf_counter()
-                    prepared.execute(s)
-                    times.append(time.perf_counter() - start)
+                times = times_s(lambda p=prepared: p.execute(s), args.repeat)
             finally:
                 prepared.close()
             path = running_of(s).path if running_of(s) is not None else None

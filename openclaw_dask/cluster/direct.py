@@ -116,7 +116,7 @@ def split(graph: Mapping[Any, Any], outputs: Iterable[Any]) -> list[Part] | str:
             parent[key] = key = parent[parent[key]]
         return key
 
-    read_by: dict[Any, int] = {}
+    read_by: Counter[Any] = Counter()
     fans_in: set[Any] = set()  # tasks reading two others of the graph (their parts are known once all are joined)
     for key, node in graph.items():
         within = [dep for dep in node.dependencies if dep in graph]
@@ -124,7 +124,7 @@ def split(graph: Mapping[Any, Any], outputs: Iterable[Any]) -> list[Part] | str:
             fans_in.add(key)
         for dep in within:
             parent[root(dep)] = root(key)
-            read_by[dep] = read_by.get(dep, 0) + 1
+            read_by[dep] += 1
     branching = {root(key) for key in fans_in} | {root(key) for key, n in read_by.items() if n > 1}
     members: dict[Any, list[Any]] = {}
     for key in graph:
