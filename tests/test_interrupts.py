@@ -389,6 +389,8 @@ def test_teardown_noise_is_dropped_and_nothing_else():
     assert _FILTER.filter(record("distributed.worker", get_data, MemoryError()))  # a worker's own failure is news
     assert not _FILTER.filter(record("distributed.worker", "Failed to communicate with scheduler during heartbeat."))
     assert _FILTER.filter(record("distributed.worker", "Compute Failed"))
+    assert not _FILTER.filter(record("distributed.core", "rpc object %s deleted with %d open comms", args=("<rpc>", 1)))
+    assert _FILTER.filter(record("distributed.core", "Event loop was unresponsive in %s for %.2fs.", args=("Worker", 3.0)))
     callback = "Exception in callback %r"  # tornado's line for a failed loop callback
     unset = NameError("cannot access free variable 'future' where it is not associated with a value in enclosing scope")
     assert not _FILTER.filter(record("tornado.application", callback, unset, (functools.partial(sync()),)))

@@ -7,7 +7,8 @@ itself says "should exclusively happen in Worker.close()") and every wait of a g
 stop cut short (``Task exception was never retrieved ... AllExit``, distributed's internal
 signal for "stop waiting"), a worker's heartbeat that met its scheduler closing, and a worker
 whose reply to a peer's data request met that peer closed (``failed during get data``), and a
-connection the stop left open, closed when it is collected (``Closing dangling stream``), a
+connection the stop left open, closed when it is collected (``Closing dangling stream``, ``rpc object
+... deleted with 1 open comms``), a
 scheduler's broadcast to a worker that was closing (``broadcast to ... failed``), and the
 ``NameError`` distributed's ``sync`` logs when Ctrl-C lands before its call began. Installed
 in openclaw's own worker processes (their scheduler is in the session's process), in the
@@ -36,6 +37,8 @@ class _TeardownNoise(logging.Filter):
             return not message.startswith("Failed to communicate with scheduler during heartbeat")
         if record.name == "distributed.comm.tcp":  # a comm the stop left open, collected without its close
             return not str(record.msg).startswith("Closing dangling stream")
+        if record.name == "distributed.core":  # the same, in an rpc object collected with it (seen under SSH, Ctrl-C)
+            return str(record.msg) != "rpc object %s deleted with %d open comms"
         if record.name == "tornado.application":  # a call cut short by Ctrl-C before it began (distributed's sync)
             return not (_exc_name(record) == "NameError" and "sync.<locals>.cancel" in record.getMessage())
         if record.name in ("distributed.scheduler", "asyncio") and _broadcast_cut(record):
@@ -65,8 +68,8 @@ _FILTER = _TeardownNoise("openclaw-teardown")
 
 def install() -> None:
     """Put the filter on the loggers it reads, once per process."""
-    for name in ("distributed.worker.state_machine", "distributed.worker", "distributed.comm.tcp", "distributed.scheduler", "asyncio",
-                 "tornado.application"):
+    for name in ("distributed.worker.state_machine", "distributed.worker", "distributed.comm.tcp", "distributed.core",
+                 "distributed.scheduler", "asyncio", "tornado.application"):
         log = logging.getLogger(name)
         if _FILTER not in log.filters:
             log.addFilter(_FILTER)
