@@ -154,7 +154,8 @@ def test_parts_that_would_wait_for_a_thread_go_to_idle_ones_when_their_tasks_out
     assert _too_much(slow, {"w2": {}}, {"w2": [out]}, {"a": 16}) is None
     assert "17 B" not in (held := _too_much(slow, {"w2": {"x0": "w1"}}, {"w2": [out]}, {"a": 9})) and "quarter" in held
     # and what a part that branches holds between its tasks: each result at most its biggest block (8 bytes here)
-    two, three = Part((task, task), ("x0",), ("a",), branches=True), Part((task, task, task), ("x0",), ("a",), branches=True)
+    made = SimpleNamespace(key="a")
+    two, three = Part((task, made), ("x0",), ("a",), branches=True), Part((task, task, made), ("x0",), ("a",), branches=True)
     assert _too_much(slow, {"w2": {}}, {"w2": [two]}, {"a": 4}) is None  # 4 + 8 of 64
     assert "quarter" in _too_much(slow, {"w2": {}}, {"w2": [three]}, {"a": 4})  # 4 + 16
     assert _too_much(slow, {"w2": {}}, {"w2": [three._replace(branches=False)]}, {"a": 4}) is None
@@ -332,7 +333,12 @@ def test_output_rows_that_branch_run_on_the_workers_holding_them_when_each_gets_
     value, scheduled, sent = _tasks_seen(s, lambda: s.compute(x @ y))
     np.testing.assert_allclose(value, s.compute(x) @ s.compute(y), rtol=1e-12)
     assert not scheduled and {r["worker"] for r in sent} == set(workers), (scheduled, sent)
-    value, scheduled, sent = _tasks_seen(s, lambda: s.compute(x[:128] @ y))  # one row: the other worker would idle
+    # one row: its two outputs (a product each, summed here) share only a slice of x, taken by both: one per worker
+    value, scheduled, sent = _tasks_seen(s, lambda: s.compute(x[:128] @ y))
+    assert not scheduled and {r["worker"] for r in sent} == set(workers), (scheduled, sent)
+    np.testing.assert_allclose(value, s.compute(x[:128]) @ s.compute(y), rtol=1e-12)
+    # its one result cut in two: both halves read the one product, which is no view to take twice: the other worker would idle
+    value, scheduled, sent = _tasks_seen(s, lambda: s.compute((x[:128] @ y).rechunk((128, 128))))
     assert scheduled and not sent and "1 task thread(s) would be idle" in s.running.path.reason
     np.testing.assert_allclose(value, s.compute(x[:128]) @ s.compute(y), rtol=1e-12)
 

@@ -31,6 +31,9 @@ What qualifies (else the compute goes to the scheduler as before, nothing lost):
   several: it goes straight to the workers only if every task thread gets a part (:func:`idle_threads`),
   as the two output rows of a row-split matmul do on 2 worker processes (each splits its row, multiplies
   both halves and adds them): 512 MiB 373-393 -> 354-360 ms, 64 MiB 50-54 -> 32-35 (twenty-fourth pass).
+  Where a thread would idle, a part whose outputs share only views (a stencil's edges, an all-to-all
+  rechunk's pieces) is split per output instead, each block it reads only through slices cut by the
+  worker holding it (:func:`~openclaw_dask.cluster.slices.apart`, cluster/slices.py).
 
 Each part goes to the worker holding most of the bytes it reads, which first fetches the rest from
 a worker holding it (:func:`fetches`: distributed's own request, read out of the holder's memory
@@ -60,97 +63,51 @@ import math
 import threading
 import time
 from collections import Counter
-from graphlib import TopologicalSorter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from dask.utils import key_split
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from openclaw_dask.cluster.graph_parts import MAX_TASKS, Part, split
 from openclaw_dask.cluster.paths import SCHEDULER, WORKERS, Choice
+from openclaw_dask.cluster.slices import Cut, cut_elsewhere, per_output, sliced, view
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Mapping
 
     from distributed import Client, Scheduler, Worker
 
-__all__ = ["MAX_TASKS", "Direct", "DirectRuns", "Part", "activity", "fetches", "idle_threads", "on_idle_threads", "placed", "split",
-           "spread"]
+__all__ = ["MAX_TASKS", "Direct", "DirectRuns", "Part", "activity", "apart", "fetches", "idle_threads", "on_idle_threads", "placed",
+           "split", "spread"]
 
 OP = "openclaw_direct"  # the workers' handler
-MAX_TASKS = 4096  # a bigger graph goes to the scheduler: splitting it here would cost what it saves
+CUT = "openclaw_direct_cut"  # and the one that cuts slices of a worker's blocks for another's direct run
 _PINNING = frozenset({"workers", "allow_other_workers", "resources"})  # compute keywords only the scheduler honours
 _BRANCHES = "its tasks branch (a fan-in or fan-out) and {idle} task thread(s) would be idle: the scheduler runs branches on them"
 
 
-class Part(NamedTuple):
-    """Tasks that read each other's outputs: in the order they run, the worker's data they read, the outputs wanted,
-    and whether they branch (a task reads two of the part's, or two read one): else a chain."""
+def placed(scheduler: Scheduler, parts: list[Part], whole: list[set[Any]] | None = None) -> dict[str, list[Part]] | str:
+    """Each part under the address of the worker holding the most bytes of what it reads (of what it reads ``whole``,
+    per part, first), the least loaded of several, or where it reads nothing whole the least loaded; else why some
+    part cannot go straight to a worker. Run on the scheduler's event loop."""
+    from distributed.core import Status
 
-    tasks: tuple[Any, ...]  # dask._task_spec.GraphNode
-    reads: tuple[Any, ...]
-    outputs: tuple[Any, ...]
-    branches: bool = False
-
-
-def split(graph: Mapping[Any, Any], outputs: Iterable[Any]) -> list[Part] | str:
-    """``graph``'s independent parts, each tasks reading data outside the graph (the workers'), or none; else why not
-    (an output is not a task of the graph, the graph is not dask's task specs).
-
-    A chain (each task reads at most one other of its part, and is read by at most one) runs on one thread as fast
-    as on several, and holds one intermediate at a time. A part that fans in or out (a rechunk's merges, the combines
-    of blocks on several workers) runs on one thread too, where the scheduler would run its branches on several: it
-    goes straight to the workers only when every task thread gets a part (:func:`idle_threads`), as matmul's output
-    rows do on 2 worker processes of one thread each.
-    """
-    from dask._task_spec import GraphNode
-
-    wanted = set(outputs)
-    if len(graph) > MAX_TASKS:
-        return f"over {MAX_TASKS} tasks"
-    if not wanted <= graph.keys() or not all(isinstance(v, GraphNode) for v in graph.values()):
-        return "its results are held data, or not dask's tasks"
-    parent = {key: key for key in graph}
-
-    def root(key: Any) -> Any:
-        while parent[key] != key:
-            parent[key] = key = parent[parent[key]]
-        return key
-
-    read_by: Counter[Any] = Counter()
-    fans_in: set[Any] = set()  # tasks reading two others of the graph (their parts are known once all are joined)
-    for key, node in graph.items():
-        within = [dep for dep in node.dependencies if dep in graph]
-        if len(within) > 1:
-            fans_in.add(key)
-        for dep in within:
-            parent[root(dep)] = root(key)
-            read_by[dep] += 1
-    branching = {root(key) for key in fans_in} | {root(key) for key, n in read_by.items() if n > 1}
-    members: dict[Any, list[Any]] = {}
-    for key in graph:
-        members.setdefault(root(key), []).append(key)
-    parts = []
-    for top, keys in members.items():
-        inside = set(keys)
-        reads = {dep for key in keys for dep in graph[key].dependencies if dep not in inside}
-        order = TopologicalSorter({key: graph[key].dependencies & inside for key in keys}).static_order()
-        parts.append(Part(tuple(graph[k] for k in order), tuple(reads), tuple(k for k in keys if k in wanted), top in branching))
-    return parts
-
-
-def placed(scheduler: Scheduler, parts: list[Part]) -> dict[str, list[Part]] | str:
-    """Each part under the address of the worker holding the most bytes of what it reads (the least loaded of
-    several), else why some part cannot go straight to a worker. Run on the scheduler's event loop."""
     load: dict[str, list[Part]] = {}
-    for part in parts:
+    for i, part in enumerate(parts):
         held: Counter[str] = Counter()
+        first: Counter[str] = Counter()
         for key in part.reads:
             ts = scheduler.tasks.get(key)
             if ts is None or ts.state != "memory" or not ts.who_has:
                 return "it reads data not yet in the workers' memory"
             for ws in ts.who_has:
                 held[ws.address] += ts.get_nbytes()
-        address = max(sorted(held), key=lambda a: (held[a], -len(load.get(a, ()))))
+                first[ws.address] += ts.get_nbytes() if whole is None or key in whole[i] else 0
+        if any(first.values()):
+            address = max(sorted(held), key=lambda a: (first[a], held[a], -len(load.get(a, ()))))
+        else:  # it moves only slices wherever it runs: the least loaded worker, then the one holding most of what it cuts
+            running = {a for a, ws in scheduler.workers.items() if ws.status == Status.running}
+            address = max(sorted(running | held.keys()), key=lambda a: (-len(load.get(a, ())), held[a]))
         load.setdefault(address, []).append(part)
     return load
 
@@ -212,10 +169,38 @@ def idle_threads(scheduler: Scheduler, load: Mapping[str, list[Part]]) -> list[t
             for k in range(ws.nthreads - len(ws.processing) - len(load.get(address, ())))]
 
 
+def apart(scheduler: Scheduler, parts: list[Part]) -> tuple[dict[str, list[Part]], dict[str, dict[str, Cut]]] | None:
+    """``parts`` split per output (:mod:`~openclaw_dask.cluster.slices`) and placed, each where it reads most whole, and
+    by address the views its parts take of blocks held elsewhere, by the address that cuts them; ``None`` where a part
+    cannot split, or a task thread would still be idle. Run on the scheduler's event loop."""
+    split_up = []
+    for part in parts:
+        found = per_output(part) if part.branches else [part]
+        if found is None or not part.reads:
+            return None
+        split_up += found
+    cuts = {id(part): sliced(part) for part in split_up}
+    where = placed(scheduler, split_up, [set(part.reads) - cuts[id(part)].keys() for part in split_up])
+    if isinstance(where, str) or idle_threads(scheduler, where):
+        return None
+    load: dict[str, list[Part]] = {}
+    away: dict[str, dict[str, Cut]] = {}
+    for address, sent in where.items():
+        ws = scheduler.workers[address]
+        for part in sent:
+            kept, elsewhere = cut_elsewhere(part, cuts[id(part)], [k for k in part.reads if ws in (scheduler.tasks[k].who_has or ())])
+            load.setdefault(address, []).append(kept)
+            mine = away.setdefault(address, {}) if elsewhere else {}
+            for block, cut in elsewhere.items():
+                holder = min(w.address for w in scheduler.tasks[block].who_has or ())
+                mine[holder] = mine[holder].merged(cut) if holder in mine else cut
+    return load, away
+
+
 def fetches(scheduler: Scheduler, part: Part, address: str) -> dict[Any, str]:
     """What ``part`` reads that the worker at ``address`` does not hold, each under a worker that holds it."""
     ws = scheduler.workers.get(address)
-    holders = {key: scheduler.tasks[key].who_has or set() for key in part.reads}
+    holders = {key: scheduler.tasks[key].who_has or set() for key in part.reads if key not in part.slices}
     return {key: min(w.address for w in where) for key, where in holders.items() if ws not in where}
 
 
@@ -264,13 +249,18 @@ class Direct:
         where = on_idle_threads(self.scheduler, spread(self.scheduler, where), [part for part in parts if not part.reads])
         if isinstance(where, str):
             return self._declined(where)
+        away: dict[str, dict[str, Cut]] = {}
         if any(part.branches for part in parts) and (idle := idle_threads(self.scheduler, where)):
-            return self._declined(_BRANCHES.format(idle=len(idle)))
+            found = apart(self.scheduler, parts)  # one part per output, where each takes a thread
+            if found is None:
+                return self._declined(_BRANCHES.format(idle=len(idle)))
+            where, away = found
         fetch = {address: {k: w for part in sent for k, w in fetches(self.scheduler, part, address).items()} for address, sent in where.items()}
-        if (crowded := _too_much(self.scheduler, fetch, where, made)) is not None:
+        if (crowded := _too_much(self.scheduler, fetch, where, made, away)) is not None:
             return self._declined(crowded)
         rpc = self.client.rpc
-        replies = await asyncio.gather(*(rpc(address).openclaw_direct(parts=ToPickle(sent), fetch=ToPickle(fetch[address]))
+        replies = await asyncio.gather(*(rpc(address).openclaw_direct(parts=ToPickle(sent), fetch=ToPickle(fetch[address]),
+                                                                      **({"cut": ToPickle(away[address])} if address in away else {}))
                                          for address, sent in where.items()))
         if any(reply.get("status") != "OK" for reply in replies):
             answers = sorted({reply["status"] for reply in replies} - {"OK"})
@@ -296,23 +286,30 @@ def _answers(where: dict[str, list[Part]], replies: list[dict[str, Any]]) -> tup
         first = len(records)
         for values, ran in reply["results"]:
             results.update(values)
-            records += [{"key": key, "worker": address, "thread": thread, "nbytes": wrote, "input_bytes": read,
-                         "status": "OK", "startstops": ({"action": "compute", "start": start, "stop": stop},)}
-                        for key, thread, start, stop, read, wrote in ran]
+            records += _records(address, ran)
         if reply.get("fetched") and len(records) > first:  # what it fetched from other workers: its first task's transfer
             start, stop = reply["fetched"]
             records[first]["startstops"] = ({"action": "transfer", "start": start, "stop": stop}, *records[first]["startstops"])
+        for holder, ran in reply.get("cut", ()):  # the views other workers took of their blocks for it
+            records += _records(holder, ran)
     return results, records
 
 
+def _records(address: str, ran: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """The task stream's records of the tasks a worker ran (``_ran``'s tuples)."""
+    return [{"key": key, "worker": address, "thread": thread, "nbytes": wrote, "input_bytes": read, "status": "OK",
+             "startstops": ({"action": "compute", "start": start, "stop": stop},)} for key, thread, start, stop, read, wrote in ran]
+
+
 def _too_much(scheduler: Scheduler, fetch: dict[str, dict[Any, str]], where: dict[str, list[Part]],
-              made: Mapping[Any, int]) -> str | None:
-    """Why a worker should not run its parts of one direct run, or ``None``: what it would fetch and the results it
-    would make (``made``: bytes per output key) are held outside what the worker manages (never spilled) until it
-    answers; over a quarter of its memory limit, the scheduler's run, whose transfers and results are managed, is
-    the safe one."""
+              made: Mapping[Any, int], away: Mapping[str, Mapping[str, Cut]] | None = None) -> str | None:
+    """Why a worker should not run its parts of one direct run, or ``None``: what it would fetch (a slice ``away`` at
+    its block's bytes, at most) and the results it would make (``made``: bytes per output key) are held outside what
+    the worker manages (never spilled) until it answers; over a quarter of its memory limit, the scheduler's run, whose
+    transfers and results are managed, is the safe one."""
     for address, sent in where.items():
-        fetched = sum(scheduler.tasks[key].get_nbytes() for key in fetch.get(address, ()))
+        blocks = {*fetch.get(address, ()), *(b for cut in (away or {}).get(address, {}).values() for b in cut.blocks)}
+        fetched = sum(scheduler.tasks[key].get_nbytes() for key in blocks)
         made_here = sum(made.get(key, 0) for part in sent for key in part.outputs) + sum(_between(scheduler, part, made) for part in sent)
         nbytes, limit = fetched + made_here, scheduler.workers[address].memory_limit
         if limit and nbytes > limit / 4:
@@ -322,11 +319,16 @@ def _too_much(scheduler: Scheduler, fetch: dict[str, dict[Any, str]], where: dic
 
 def _between(scheduler: Scheduler, part: Part, made: Mapping[Any, int]) -> int:
     """A bound on the bytes a branching part holds between its tasks: each task's result at most the biggest block the
-    part reads or makes (a chain holds one intermediate at a time, beside its output)."""
+    part reads or makes (a chain holds one intermediate at a time, beside its output); an alias's nothing, a view's
+    (cluster/slices.py) half of it: dask's ``getitem`` copies a slice under half of what it cuts, the rest are views."""
+    from dask._task_spec import Alias
+
     if not part.branches:
         return 0
-    blocks = [scheduler.tasks[key].get_nbytes() for key in part.reads] + [made.get(key, 0) for key in part.outputs]
-    return (len(part.tasks) - len(part.outputs)) * max(blocks, default=0)
+    blocks = [scheduler.tasks[key].get_nbytes() for key in part.reads if key not in part.slices] + [made.get(key, 0) for key in part.outputs]
+    biggest, outputs = max(blocks, default=0), set(part.outputs)
+    return sum(0 if isinstance(task, Alias) else biggest // 2 if view(task) else biggest for task in part.tasks
+               if task.key not in outputs)
 
 
 def _output_bytes(arrays: list[Any]) -> dict[Any, int]:
@@ -353,23 +355,28 @@ class DirectRuns(WorkerPlugin):
     def setup(self, worker: Worker) -> None:
         self.worker = worker
         worker.handlers[OP] = self.run
+        worker.handlers[CUT] = self.cut
 
     def teardown(self, worker: Worker) -> None:
         worker.handlers.pop(OP, None)
+        worker.handlers.pop(CUT, None)
 
-    async def run(self, parts: list[Part], fetch: dict[Any, str] | None = None) -> dict[str, Any]:
+    async def run(self, parts: list[Part], fetch: dict[Any, str] | None = None, cut: dict[str, Cut] | None = None) -> dict[str, Any]:
         """Each part's outputs and its tasks' timings, or a status other than ``"OK"`` (then nothing ran); ``fetch``:
-        the keys the parts read that other workers hold, and where."""
+        the keys the parts read that other workers hold, and where; ``cut``: the views the parts take of blocks other
+        workers hold, by the address that cuts them (cluster/slices.py)."""
         from distributed.core import Status
         from distributed.protocol import to_serialize
 
         worker = self.worker
         if worker.status != Status.running:  # paused at its memory limit, or closing
             return {"status": "busy"}
-        got = await _fetched(worker, fetch) if fetch else ({}, None)
-        if got is None:
+        got, taken = await asyncio.gather(_fetched(worker, fetch) if fetch else _now(({}, None)),
+                                          _slices(worker, cut) if cut else _now(({}, [])))
+        if got is None or taken is None:
             return {"status": "missing"}
         fetched, span = got
+        fetched.update(taken[0])
         try:  # on the loop, as the worker reads its data
             inputs = [{key: fetched[key] if key in fetched else worker.data[key] for key in part.reads} for part in parts]
         except KeyError:
@@ -386,7 +393,28 @@ class DirectRuns(WorkerPlugin):
             _ACTIVITY[1] -= len(parts)
         if any(d is None for d in done):
             return {"status": "failed"}
-        return {"status": "OK", "results": to_serialize(done), "fetched": span}
+        return {"status": "OK", "results": to_serialize(done), "fetched": span, "cut": to_serialize(taken[1])}
+
+    async def cut(self, comm: Any, cut: Cut, serializers: list[str] | None = None) -> Any:
+        """Run ``cut``'s views of this worker's blocks and send the slices, held (a peer may read them out of this
+        process's memory) until the asker says it has them, as distributed's ``get_data`` holds its data."""
+        from distributed.core import Status
+        from distributed.protocol import to_serialize
+
+        worker, reply = self.worker, dict[str, Any](status="busy")
+        if worker.status == Status.running:
+            try:  # on the loop, as the worker reads its data
+                values = {key: worker.data[key] for key in cut.blocks}
+            except KeyError:
+                reply = {"status": "missing"}
+            else:  # not on a task thread: one may be running this worker's own parts, which wait for nothing of this
+                done = await asyncio.to_thread(_ran, Part(cut.tasks, cut.blocks, cut.slices), values)
+                reply = {"status": "failed"} if done is None else {
+                    "status": "OK", "data": {key: to_serialize(v) for key, v in done[0].items()}, "ran": to_serialize(done[1])}
+        await comm.write(reply, serializers=serializers)
+        if reply["status"] == "OK":
+            await comm.read()  # "OK": read, the slices may go
+        return Status.dont_reply
 
 
 async def _fetched(worker: Worker, fetch: dict[Any, str]) -> tuple[dict[Any, Any], tuple[float, float]] | None:
@@ -411,6 +439,40 @@ async def _fetched(worker: Worker, fetch: dict[Any, str]) -> tuple[dict[Any, Any
     for reply in replies:
         values.update(reply["data"])  # type: ignore[typeddict-item]  # every status was OK
     return values, (start, stop)
+
+
+async def _now(value: Any) -> Any:
+    return value
+
+
+async def _slices(worker: Worker, cut: dict[str, Cut]) -> tuple[dict[Any, Any], list[tuple[str, Any]]] | None:
+    """The slices ``cut``'s views take, each cut by the worker at its address (and the tasks that ran there, by that
+    address); ``None`` where one is missing, busy, or a view raised."""
+    from distributed.core import send_recv
+    from distributed.protocol.serialize import ToPickle
+
+    from openclaw_dask.cluster.peer_reads import asked_with
+
+    async def one(address: str, views: Cut) -> dict[str, Any]:
+        comm = await worker.rpc.connect(address)
+        try:
+            reply = await send_recv(comm, op=CUT, cut=ToPickle(views), deserializers=asked_with())
+            if reply["status"] == "OK":
+                await comm.write("OK")
+            return reply
+        finally:
+            worker.rpc.reuse(address, comm)
+
+    try:
+        replies = await asyncio.gather(*(one(address, views) for address, views in cut.items()))
+    except OSError:
+        return None
+    if any(reply["status"] != "OK" for reply in replies):
+        return None
+    values: dict[Any, Any] = {}
+    for reply in replies:
+        values.update(reply["data"])
+    return values, [(address, reply["ran"]) for address, reply in zip(cut, replies, strict=True)]
 
 
 _ACTIVITY = [0, 0]  # in a worker: direct runs started, parts running now (read by the heap keeper, plugins.py)

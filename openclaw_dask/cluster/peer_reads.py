@@ -46,7 +46,7 @@ from openclaw_dask.cluster.pulled import Receipt, _own_start, _read_all, _runs, 
 if TYPE_CHECKING:
     from distributed import Client, Worker
 
-__all__ = ["FAMILY", "MIN_BYTES", "PeerReads", "reads_done", "start_asking"]
+__all__ = ["FAMILY", "MIN_BYTES", "PeerReads", "asked_with", "reads_done", "start_asking"]
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +92,12 @@ async def _asking(rpc: Any, keys: Any, worker: str, *, who: str | None = None, s
     """distributed's ``get_data_from_worker``, accepting this family first unless told otherwise."""
     return await _ORIGINAL(rpc, keys, worker, who=who, serializers=serializers,
                            deserializers=_ASKED_WITH if deserializers is None else deserializers)
+
+
+def asked_with() -> list[str] | None:
+    """In a worker: the serializers it accepts its peers' blocks in (this family first while it asks this way), or
+    ``None``: distributed's own."""
+    return _ASKED_WITH if distributed.worker.get_data_from_worker is _asking else None
 
 
 def _ask(on: bool) -> None:
