@@ -176,7 +176,7 @@ def apart(scheduler: Scheduler, parts: list[Part]) -> tuple[dict[str, list[Part]
     split_up = []
     for part in parts:
         found = per_output(part) if part.branches else [part]
-        if found is None or not part.reads:
+        if not part.reads or found is None:  # a part making its data is dealt out as before (on_idle_threads)
             return None
         split_up += found
     cuts = {id(part): sliced(part) for part in split_up}
@@ -371,8 +371,10 @@ class DirectRuns(WorkerPlugin):
         worker = self.worker
         if worker.status != Status.running:  # paused at its memory limit, or closing
             return {"status": "busy"}
-        got, taken = await asyncio.gather(_fetched(worker, fetch) if fetch else _now(({}, None)),
-                                          _slices(worker, cut) if cut else _now(({}, [])))
+        got: Any = ({}, None)
+        taken: Any = ({}, [])
+        if fetch or cut:  # what the parts read of other workers' data: blocks fetched, slices cut there
+            got, taken = await asyncio.gather(_fetched(worker, fetch) if fetch else _now(got), _slices(worker, cut) if cut else _now(taken))
         if got is None or taken is None:
             return {"status": "missing"}
         fetched, span = got

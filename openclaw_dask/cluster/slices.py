@@ -14,10 +14,11 @@ What.
    or a slice (:func:`view`: an alias, ``getitem`` or ``transpose`` of NumPy's, dask's or
    ``operator``'s, on constants): nothing a user wrote and nothing costly runs twice.
 2. :func:`sliced`: a block such a part reads only through slices (each path from it a chain of
-   views ending in a ``getitem``) need not move whole. The part goes to the worker holding the
-   most bytes it reads whole (:func:`~openclaw_dask.cluster.direct.placed`); where a sliced
-   block lies on another worker, :func:`cut_elsewhere` hands its chain of views to that worker,
-   which runs it on its data and sends only the slices: an edge row, not the block.
+   views ending in a ``getitem``) need not move whole. :func:`~openclaw_dask.cluster.direct.apart`
+   sends each part to the worker holding the most bytes it reads whole (a part that reads only
+   slices, as an all-to-all rechunk's do, to the least loaded); where a sliced block lies on
+   another worker, :func:`cut_elsewhere` hands its chain of views to that worker, which runs it on
+   its data and sends only the slices: an edge row, not the block.
 
 Results are the same: the same functions on the same blocks.
 """
