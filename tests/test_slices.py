@@ -15,6 +15,8 @@ import distributed
 import numpy as np
 import pytest
 from dask._task_spec import Alias, DataNode, Task, TaskRef
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from openclaw_dask.cluster.direct import DirectRuns, apart, split
 from openclaw_dask.cluster.slices import Cut, cut_elsewhere, per_output, sliced, view
@@ -205,3 +207,30 @@ def test_a_rechunk_of_the_whole_array_is_no_stencil(held):
     value, scheduled, sent = _tasks_seen(s, lambda: s.compute(y))
     np.testing.assert_array_equal(value, s.compute(x))
     assert not scheduled and {r["worker"] for r in sent} == set(workers)
+
+
+_OPS = {
+    "stencil": lambda x, depth, boundary, chunks: x.map_overlap(_padded, depth=depth, boundary=boundary, dtype=x.dtype),
+    "overlap-sum": lambda x, depth, boundary, chunks: x.map_overlap(np.cumsum, depth=depth, boundary=boundary, axis=0, dtype=x.dtype),
+    "rechunk": lambda x, depth, boundary, chunks: x.rechunk(chunks),
+    "transpose-rechunk-sum": lambda x, depth, boundary, chunks: x.T.rechunk(chunks).sum(axis=1),
+}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(_OPS)), st.tuples(st.integers(8, 64), st.integers(8, 48)), st.tuples(st.integers(3, 24), st.integers(3, 24)),
+       st.integers(1, 2), st.sampled_from(["nearest", "reflect", "periodic", 0.5]), st.tuples(st.integers(2, 30), st.integers(2, 30)))
+def test_any_stencil_or_rechunk_gives_the_schedulers_bits(held, name, shape, chunks, depth, boundary, target):
+    """Any shape, chunking, depth, boundary and target chunks: straight to the workers or not, the scheduler's result."""
+    import dask
+
+    s, _, workers = held
+    with dask.annotate(workers=lambda key: [workers[sum(key[1:]) % 2]]):  # blocks on alternate workers
+        made = s.array(shape, "float64", fill="random", seed=sum(shape), chunks=chunks)
+    assume("overlap" not in name and name != "stencil" or min(map(min, made.chunks)) > depth)  # blocks deeper than the overlap
+    x = s.client.persist(made, optimize_graph=False)
+    distributed.wait(x)
+    run = _OPS[name]
+    value = s.compute(run(x, depth, boundary, target))
+    np.testing.assert_array_equal(value, s.compute(run(x, depth, boundary, target), workers=workers))
+    del x
