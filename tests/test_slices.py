@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import operator
 
+import dask
 import distributed
 import numpy as np
 import pytest
@@ -145,8 +146,6 @@ def test_a_worker_cuts_the_slices_of_its_blocks_it_is_asked_for():
 def held():
     import openclaw_dask
 
-    import dask
-
     with openclaw_dask.session(backend="process", workers=2) as s:
         workers = sorted(s.client.scheduler_info()["workers"])
         with dask.annotate(workers=lambda key: [workers[key[1] % 2]]):  # row blocks on alternate workers
@@ -222,8 +221,6 @@ _OPS = {
        st.integers(1, 2), st.sampled_from(["nearest", "reflect", "periodic", 0.5]), st.tuples(st.integers(2, 30), st.integers(2, 30)))
 def test_any_stencil_or_rechunk_gives_the_schedulers_bits(held, name, shape, chunks, depth, boundary, target):
     """Any shape, chunking, depth, boundary and target chunks: straight to the workers or not, the scheduler's result."""
-    import dask
-
     s, _, workers = held
     with dask.annotate(workers=lambda key: [workers[sum(key[1:]) % 2]]):  # blocks on alternate workers
         made = s.array(shape, "float64", fill="random", seed=sum(shape), chunks=chunks)
