@@ -231,3 +231,41 @@ def test_any_stencil_or_rechunk_gives_the_schedulers_bits(held, name, shape, chu
     value = s.compute(run(x, depth, boundary, target))
     np.testing.assert_array_equal(value, s.compute(run(x, depth, boundary, target), workers=workers))
     del x
+
+
+def _dies_once(marker, here, block):
+    """The stencil's function, but its first call in a worker process kills that process (SIGKILL, mid-run)."""
+    import os
+    import signal
+
+    if os.getpid() == here:  # dask calls it in the test's process too, on a tiny block, for its result's type
+        return _padded(block)
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL)
+    except FileExistsError:
+        return _padded(block)
+    os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_worker_killed_during_a_run_with_cuts_leaves_the_right_answer(tmp_path):
+    """A worker dies inside a direct run whose parts read slices cut by the other: the compute goes to the scheduler,
+    which recomputes the lost blocks, and the answer is the stencil's."""
+    import functools
+    import os
+
+    import openclaw_dask
+
+    with openclaw_dask.session(backend="process", workers=2, timeout="60s") as s:
+        workers = sorted(s.client.scheduler_info()["workers"])
+        # loosely: the lost blocks are recomputed on the restarted worker, which has another address
+        with dask.annotate(workers=lambda key: [workers[key[1] % 2]], allow_other_workers=True):
+            made = s.array((128, 64), "float64", fill="random", seed=5, chunks=(32, 64))
+        x = s.client.persist(made, optimize_graph=False)
+        distributed.wait(x)
+        want = s.compute(x.map_overlap(_padded, depth=1, boundary="nearest", dtype=x.dtype))
+        assert s.running.path.path == "straight to the workers"
+        dies = functools.partial(_dies_once, str(tmp_path / "died"), os.getpid())
+        got = s.compute(x.map_overlap(dies, depth=1, boundary="nearest", dtype=x.dtype))
+        assert (tmp_path / "died").exists()  # a worker did die
+        np.testing.assert_array_equal(got, want)
