@@ -367,6 +367,7 @@ def test_the_profiler_sees_the_tasks_a_worker_ran(process_session):
         assert s.compute(x.sum()) == np.arange(2**16).sum()
     sums = [t for t in record.tasks if t.group.startswith("sum")]
     assert len(sums) == 4 and {t.worker for t in sums} <= set(s.client.scheduler_info()["workers"])
+    assert not any(t.scheduled for t in sums)  # no scheduling of their own: the overhead-bound verdict leaves them out
     assert all(record.start <= t.start <= t.stop <= record.stop for t in sums)
 
 

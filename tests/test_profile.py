@@ -525,6 +525,20 @@ def test_scheduling_is_charged_no_more_than_the_time_the_threads_stood_idle(wall
         assert over[0].evidence["overhead_s"] == 0.2 and "~2 ms a task" in over[0].summary
 
 
+def test_tasks_run_straight_on_their_workers_are_charged_no_scheduling():
+    """A stencil's ~140 slicing tasks on worker processes ran in direct runs (cluster/direct.py): one round trip per
+    worker a compute, not ~2.7 ms a task, so they are no sign of an overhead-bound run; scheduled, the same are."""
+    import dataclasses
+
+    record = RunRecord(backend="process", start=0.0, stop=1.0, task_overhead_s=0.0027)
+    record.workers["w"] = WorkerRecord("w", 2, 0, 0, 0, 0, 0)
+    record.tasks += [TaskRecord(f"('x', {i})", "x", "w", i % 2, i * 2e-3, i * 2e-3 + 1e-5, 2**20, scheduled=False)
+                     for i in range(140)]
+    assert not _kind(analyze(record, chunk_hint=2**20), "overhead-bound")
+    record.tasks[:] = [dataclasses.replace(t, scheduled=True) for t in record.tasks]
+    assert _kind(analyze(record, chunk_hint=2**20), "overhead-bound")
+
+
 def test_an_overhead_bound_run_whose_chunks_cannot_grow_says_why_in_its_own_figures():
     """The smoke benchmark was told 'the chunks are as big as the threads allow' for chunks set to 1 MiB:
     the sentence now gives the share each thread gets and the chunk size, both from the run."""

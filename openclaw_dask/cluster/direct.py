@@ -297,7 +297,7 @@ def _answers(where: dict[str, list[Part]], replies: list[dict[str, Any]]) -> tup
 
 def _records(address: str, ran: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
     """The task stream's records of the tasks a worker ran (``_ran``'s tuples)."""
-    return [{"key": key, "worker": address, "thread": thread, "nbytes": wrote, "input_bytes": read, "status": "OK",
+    return [{"key": key, "worker": address, "thread": thread, "nbytes": wrote, "input_bytes": read, "status": "OK", "direct": True,
              "startstops": ({"action": "compute", "start": start, "stop": stop},)} for key, thread, start, stop, read, wrote in ran]
 
 

@@ -510,11 +510,13 @@ def _imbalance(imbalance: dict[str, float], busy: float, lanes: dict[str, float]
 
 
 def _overhead(record: RunRecord, by_group: dict[str, list[TaskRecord]], chunk_hint: int | None) -> list[Verdict]:
-    tasks = record.tasks
+    # a task a worker ran straight from a direct run (cluster/direct.py) paid no scheduling of its own: a compute
+    # costs one round trip per worker there, whatever its tasks
+    tasks = [t for t in record.tasks if t.scheduled]
     if len(tasks) < OVERHEAD_MIN_TASKS:
         return []
     per_task = record.task_overhead_s
-    compute = sum(t.duration for t in tasks)
+    compute = sum(t.duration for t in record.tasks)
     estimate = len(tasks) * per_task
     # the engine's figure is what one more chunk of a reduction costs; map_overlap's many slicing tasks cost less
     # each, and scheduling cannot have taken more of the work than the time the threads stood outside tasks

@@ -55,6 +55,7 @@ class TaskRecord:
     nbytes: int
     transfer_s: float = 0.0
     input_bytes: int = 0  # data embedded in the task's spec plus its dependencies' outputs
+    scheduled: bool = True  # False: run straight on its worker (cluster/direct.py), no scheduling of its own
 
     @property
     def duration(self) -> float:
@@ -423,6 +424,7 @@ def _stream_tasks(stream: list[dict[str, Any]], record: RunRecord, inputs: dict[
         yield TaskRecord(
             key=key, group=_group(r["key"]), worker=r["worker"], thread=int(r.get("thread") or 0), start=start, stop=stop,
             nbytes=int(r.get("nbytes") or 0), transfer_s=transfer, input_bytes=int(r.get("input_bytes", sum(inputs.get(key, (0, 0))))),
+            scheduled=not r.get("direct", False),
         )
 
 
