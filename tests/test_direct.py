@@ -343,6 +343,22 @@ def test_output_rows_that_branch_run_on_the_workers_holding_them_when_each_gets_
     np.testing.assert_allclose(value, s.compute(x[:128]) @ s.compute(y), rtol=1e-12)
 
 
+def _ones_where_it_runs(block):
+    """Ones, if distributed can say which worker runs it (a user's task may ask)."""
+    return np.ones_like(block) * distributed.get_worker().address.startswith("tcp://")
+
+
+def test_a_users_task_may_ask_which_worker_runs_it(process_session):
+    """get_worker() inside a task sent straight to a worker answers as in a task the scheduler sent: it used to raise
+    there, and every such compute ran twice (failed on the workers, then through the scheduler)."""
+    s = process_session
+    x = s.persist(s.array((64,), "float64", fill="arange", chunks=16))
+    distributed.wait(x)
+    ones = x.map_blocks(_ones_where_it_runs, meta=np.array((), dtype=x.dtype))  # meta: dask need not call it here
+    value, scheduled, sent = _tasks_seen(s, lambda: s.compute(ones.sum()))
+    assert value == 64 and not scheduled and sent, s.running.path
+
+
 def _fails(block):
     raise ValueError("a block the user's function refuses")
 

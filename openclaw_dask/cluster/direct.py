@@ -49,7 +49,8 @@ A worker answers for all it was sent or for none: paused at its memory limit or 
 a key (moved, lost), or a task raising, and the whole compute runs on the scheduler instead, which
 then reports a task's error, retries and recoveries as it always does. The task threads are the
 worker's own (its ``executors["default"]``), so a worker never runs more tasks at once than it has
-threads. Each task's start and stop go to the profiler as the task stream's would
+threads, and a task there may ask ``distributed.get_worker()`` where it runs, as one the scheduler sent
+may (it used to raise, and the compute then ran again through the scheduler). Each task's start and stop go to the profiler as the task stream's would
 (:func:`~openclaw_dask.cluster.here.tell_stream`), attributed to the worker and thread that ran it.
 Which path the last compute took, and why, is :attr:`Direct.last`: ``openclaw run`` and the benchmark
 print it (``path``).
@@ -58,6 +59,7 @@ print it (``path``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import math
 import threading
@@ -67,13 +69,14 @@ from typing import TYPE_CHECKING, Any
 
 from dask.utils import key_split
 from distributed.diagnostics.plugin import WorkerPlugin
+from distributed.utils import run_in_executor_with_context
 
 from openclaw_dask.cluster.graph_parts import MAX_TASKS, Part, split
 from openclaw_dask.cluster.paths import SCHEDULER, WORKERS, Choice
 from openclaw_dask.cluster.slices import Cut, cut_elsewhere, per_output, sliced, view
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
     from distributed import Client, Scheduler, Worker
 
@@ -383,12 +386,12 @@ class DirectRuns(WorkerPlugin):
             inputs = [{key: fetched[key] if key in fetched else worker.data[key] for key in part.reads} for part in parts]
         except KeyError:
             return {"status": "missing"}
-        loop = asyncio.get_running_loop()
         _ACTIVITY[0] += 1
         _ACTIVITY[1] += len(parts)
         try:
-            done = await asyncio.gather(*(loop.run_in_executor(worker.executors["default"], _ran, part, values)
-                                          for part, values in zip(parts, inputs, strict=True)))
+            with _as_task_of(worker):  # a user's task may ask distributed.get_worker() (or get_client()) where it runs
+                done = await asyncio.gather(*(run_in_executor_with_context(worker.executors["default"], _ran, part, values)
+                                              for part, values in zip(parts, inputs, strict=True)))
         except RuntimeError:  # its task threads shut down: the worker is closing
             return {"status": "busy"}
         finally:
@@ -441,6 +444,21 @@ async def _fetched(worker: Worker, fetch: dict[Any, str]) -> tuple[dict[Any, Any
     for reply in replies:
         values.update(reply["data"])  # type: ignore[typeddict-item]  # every status was OK
     return values, (start, stop)
+
+
+@contextlib.contextmanager
+def _as_task_of(worker: Worker) -> Iterator[None]:
+    """``distributed.get_worker()`` answers ``worker`` in this context and the task threads it is copied to, as in a task
+    distributed runs (its context variable is distributed's own, unexported: where it is missing, nothing is set)."""
+    import distributed.worker
+
+    cvar = getattr(distributed.worker, "_worker_cvar", None)
+    token = None if cvar is None else cvar.set(worker)
+    try:
+        yield
+    finally:
+        if token is not None:
+            cvar.reset(token)  # type: ignore[union-attr]  # set above
 
 
 async def _now(value: Any) -> Any:
