@@ -25,8 +25,10 @@ from .conftest import BIN, _stop, openclaw
 N = 2**20
 
 
-def _slow_double(block, seconds):
-    time.sleep(seconds)
+def _slow_double(block, seconds, while_exists=None):
+    """``block * 2`` after ``seconds``, or at once once the file ``while_exists`` (if given) is gone."""
+    if while_exists is None or os.path.exists(while_exists):
+        time.sleep(seconds)
     return block * 2
 
 
@@ -63,7 +65,7 @@ def _kill_a_worker_holding(s, x):
 
 
 @pytest.mark.slow
-def test_five_sigkills_in_one_run_give_the_exact_answer():
+def test_five_sigkills_in_one_run_give_the_exact_answer(tmp_path):
     from distributed import futures_of, wait
 
     from .test_monitoring import free_port, scrape
@@ -74,7 +76,9 @@ def test_five_sigkills_in_one_run_give_the_exact_answer():
                                prometheus=True, port=port) as s:
         x = s.persist(s.array((N,), fill="arange"))  # 512 chunks
         x_keys = {f.key for f in futures_of(x)}
-        future = s.client.compute(x.map_blocks(_slow_double, 0.15, dtype=x.dtype).sum())
+        slow = tmp_path / "slow"  # the tasks take 0.15 s each while it exists: long enough for the five kills
+        slow.touch()
+        future = s.client.compute(x.map_blocks(_slow_double, 0.15, str(slow), dtype=x.dtype).sum())
         for _ in range(5):
             time.sleep(0.4)
             address, pid = next(iter(s.client.run(os.getpid).items()))
@@ -84,6 +88,8 @@ def test_five_sigkills_in_one_run_give_the_exact_answer():
                 assert time.monotonic() - t0 < 60
                 time.sleep(0.02)
             recoveries.append(time.monotonic() - t0)
+        assert not future.done(), "the compute ended before the five kills: it proves nothing"
+        slow.unlink()  # the rest at full speed
         result = future.result(timeout=120)
         wait(x, timeout=60)  # the lost chunks of x are wanted too: all back before counting recoveries
         got, losses, m = s.recovery(), _losses(s), scrape(port)

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,14 +101,27 @@ class Servers:
         return [a for k, v in self.overrides(**keys).items() for a in ("--set", f"{k}={text(v)}")]
 
     def remote(self) -> list[str]:
-        """Command lines of the processes sshd started (their sessions and what runs in them)."""
+        """Command lines of every process on the SSH hosts but sshd itself.
+
+        Read from the hosts' network namespaces, not from sshd's children: a remote process whose
+        session ended is re-parented away from sshd and would not be seen there.
+        """
         import psutil
 
         out = []
-        for p in self.sshd:
+        for pid in _pids_in(self.hosts, exclude={p.pid for p in self.sshd}):
             with contextlib.suppress(psutil.NoSuchProcess):
-                out += [" ".join(c.cmdline()) for c in psutil.Process(p.pid).children(recursive=True)]
+                out.append(" ".join(psutil.Process(pid).cmdline()))
         return out
+
+
+def _pids_in(hosts: Hosts, exclude: Collection[int] = ()) -> list[int]:
+    """The processes of SSH hosts 1 and 2 (``ip netns pids``), less ``exclude``."""
+    pids = []
+    for name in hosts.names[1:]:
+        r = subprocess.run(["ip", "netns", "pids", name], check=False, capture_output=True, text=True, timeout=15)
+        pids += [int(pid) for pid in r.stdout.split() if int(pid) not in exclude]
+    return pids
 
 
 def _keygen(path: Path) -> str:
@@ -124,15 +137,11 @@ def _wait_listening(log: Path, proc: subprocess.Popen, timeout: float = 15) -> N
         time.sleep(0.05)
 
 
-def _kill_remote(servers: list[subprocess.Popen]) -> None:
-    """What the sshd processes started (sessions are their own process groups), then sshd."""
-    import psutil
-
-    for p in servers:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            for child in psutil.Process(p.pid).children(recursive=True):
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    child.kill()
+def _kill_remote(hosts: Hosts, servers: list[subprocess.Popen]) -> None:
+    """Every process on the SSH hosts but sshd (what it started, orphans included); sshd stops with the namespaces."""
+    for pid in _pids_in(hosts, exclude={p.pid for p in servers}):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +177,7 @@ def ssh(tmp_path_factory) -> Iterator[Servers]:
             try:
                 yield Servers(hosts, files, servers)
             finally:
-                _kill_remote(servers)
+                _kill_remote(hosts, servers)
     finally:
         if made_privsep:
             with contextlib.suppress(OSError):
@@ -183,7 +192,7 @@ def _no_remote_left(servers: Servers, timeout: float = 10) -> None:
     deadline = time.monotonic() + timeout
     while (left := servers.remote()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not left, left
+    assert not left, "left on the SSH hosts:\n" + "\n".join(c[:300] for c in left)
 
 
 def test_plan_is_pure_and_spreads_the_workers(tmp_path):

@@ -55,12 +55,9 @@ class Cut(NamedTuple):
 
 @functools.cache
 def _views() -> frozenset[Any]:
-    import operator
-
     import numpy as np
-    from dask.array.chunk import getitem
 
-    return frozenset({operator.getitem, getitem, np.transpose})
+    return _getitems() | {np.transpose}
 
 
 @functools.cache
@@ -77,7 +74,7 @@ def view(node: Any) -> bool:
     constants (dask's fused tasks of those too): cheap, and no user code."""
     from dask._task_spec import Alias, Task, _execute_subgraph
 
-    from openclaw_dask.cluster.tails import _libraries
+    from openclaw_dask.cluster.tails import libraries_only
 
     if isinstance(node, Alias):
         return True
@@ -86,7 +83,7 @@ def view(node: Any) -> bool:
     if node.func is _execute_subgraph:
         inner = next((a for a in node.args if isinstance(a, dict)), None)
         return inner is not None and all(map(view, inner.values()))
-    if node.func not in _views() or not all(isinstance(a, Alias) or _libraries(a) for a in (*node.args, *node.kwargs.values())):
+    if node.func not in _views() or not all(isinstance(a, Alias) or libraries_only(a) for a in (*node.args, *node.kwargs.values())):
         return False  # (an alias as an argument reads the task it names)
     return node.func not in _getitems() or len(node.args) == 2 and _basic(_constant(node.args[1]))
 

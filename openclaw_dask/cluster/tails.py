@@ -109,7 +109,7 @@ def _take(graph: Any, name: str, max_bytes: int, tasks: dict[Any, Any], inputs: 
         return _combined(graph, name, max(_nbytes(layer), 8), max_bytes, tasks, inputs)
     names = sorted(graph.dependencies.get(name, ()))
     task = _one_task(layer, set().union(*(graph.layers[d].get_output_keys() for d in names)))
-    if not names or task is None or not _libraries(task) or not (_elementwise(task) or _nbytes(layer) <= max_bytes):
+    if not names or task is None or not libraries_only(task) or not (_elementwise(task) or _nbytes(layer) <= max_bytes):
         return False  # a step reads the combines below it: one that reads nothing makes data (a chunk's fill)
     if not all(_take(graph, d, max_bytes, tasks, inputs) for d in names):
         return False
@@ -168,7 +168,7 @@ _LIBRARIES = ("numpy", "operator", "_operator", "dask")
 _CONTAINERS = (list, tuple, dict, set, slice)  # what dask's nested task specs name as the type they make
 
 
-def _libraries(node: Any) -> bool:
+def libraries_only(node: Any) -> bool:
     """Whether ``node`` runs only NumPy's, ``operator``'s and dask's own functions (its nested tasks' too, and any
     function handed to them as an argument) on references and constants: no user code runs in the client."""
     from dask._task_spec import DataNode, GraphNode, Task, TaskRef
@@ -176,15 +176,15 @@ def _libraries(node: Any) -> bool:
     if isinstance(node, TaskRef):
         return True
     if isinstance(node, DataNode):  # a function may come as data: map_blocks hands dask its user's function so
-        return _libraries(node.value)
+        return libraries_only(node.value)
     if isinstance(node, Task):
-        return _library(node.func) and all(_libraries(a) for a in (*node.args, *node.kwargs.values()))
+        return _library(node.func) and all(libraries_only(a) for a in (*node.args, *node.kwargs.values()))
     if isinstance(node, GraphNode):
         return False
     if isinstance(node, (list, tuple, set)):
-        return all(_libraries(v) for v in node)
+        return all(libraries_only(v) for v in node)
     if isinstance(node, dict):
-        return all(_libraries(v) for v in node.values())
+        return all(libraries_only(v) for v in node.values())
     return not callable(node) or node in _CONTAINERS or _library(node)
 
 
@@ -193,7 +193,7 @@ def _library(function: Any) -> bool:
     import numpy as np
 
     if isinstance(function, functools.partial):
-        return _library(function.func) and all(_libraries(a) for a in (*function.args, *function.keywords.values()))
+        return _library(function.func) and all(libraries_only(a) for a in (*function.args, *function.keywords.values()))
     if isinstance(function, np.vectorize) or isinstance(function, np.ufunc) and function.__name__.endswith("(vectorized)"):
         return False  # NumPy's wrappers of a Python function (np.vectorize, np.frompyfunc): the user's code
     return str(getattr(function, "__module__", None) or "").split(".")[0] in _LIBRARIES
