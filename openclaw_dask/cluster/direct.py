@@ -398,7 +398,8 @@ class DirectRuns(WorkerPlugin):
             _ACTIVITY[1] -= len(parts)
         if any(d is None for d in done):
             return {"status": "failed"}
-        return {"status": "OK", "results": to_serialize(done), "fetched": span, "cut": to_serialize(taken[1])}
+        reply = {"status": "OK", "results": to_serialize(done), "fetched": span}
+        return {**reply, "cut": to_serialize(taken[1])} if taken[1] else reply  # (an empty one costs ~50 µs each way)
 
     async def cut(self, comm: Any, cut: Cut, serializers: list[str] | None = None) -> Any:
         """Run ``cut``'s views of this worker's blocks and send the slices, held (a peer may read them out of this
