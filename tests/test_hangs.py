@@ -216,6 +216,32 @@ def test_a_slow_run_that_moves_is_never_stopped():
         assert time.monotonic() - t0 >= 2
 
 
+def test_a_compute_pinned_to_a_worker_that_died_ends_in_one_line():
+    """Blocks persisted strictly on one worker, which is then killed: its restart has a new address, so the lost
+    blocks can never be recomputed where they are pinned. distributed waits for ever; the run ends after the timeout."""
+    import dask
+    import dask.array as da
+
+    with openclaw_dask.session(backend="process", workers=2, timeout="2s") as s:
+        address, other = sorted(s.workers())
+        with dask.annotate(workers=[address], allow_other_workers=False):
+            x = s.persist(da.ones(4 * 2**17, chunks=2**17))
+        assert s.compute(x.sum()) == 4 * 2**17
+        pid = s.client.run(os.getpid, workers=[address])[address]
+        os.kill(pid, 9)
+        deadline = time.monotonic() + 60
+        while address in s.workers() or len(s.workers()) < 2:  # gone, then replaced by its nanny at a new address
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        with pytest.raises(RunError, match=r"may run only on worker\(s\) that left the cluster \(" + re.escape(address)) as e:
+            s.compute(x.sum())
+        assert "allow_other_workers=True" in str(e.value) and "\n" not in str(e.value)
+        assert time.monotonic() - t0 < 20
+        with dask.annotate(workers=[other], allow_other_workers=False):  # the session goes on: a pin to a live worker runs
+            assert s.compute(s.persist(da.ones(8, chunks=4)).sum()) == 8
+
+
 class _FakeClient:
     """What StallWatch reads: scheduler_info, futures, cancel."""
 

@@ -12,6 +12,10 @@ spilled, transfers). Once that has lasted ``parallel.timeout``, the watch cancel
 the run waits for and the wait ends in one :class:`~openclaw_dask.errors.RunError` line naming
 the limit that stopped it (``cluster.memory_limit``, ``cluster.max_spill``) and the key to
 change. A long task, a worker paused for a moment, or a slow but moving run is never stopped.
+
+A run also stalls, paused or not, where nothing moves and tasks wait that may run only on workers
+that left the cluster (pinned with ``workers=`` and no ``allow_other_workers``, then the worker
+died: its restart has a new address). The scheduler is asked about those only while nothing moves.
 """
 
 from __future__ import annotations
@@ -122,11 +126,15 @@ class StallWatch:
             now, state = time.monotonic(), _progress(workers)
             paused = {a: w for a, w in workers.items() if w.get("status") == "paused"}
             executing = any((w.get("metrics") or {}).get("task_counts", {}).get("executing") for w in workers.values())
-            if not paused or executing or state != last:
+            if executing or state != last:
                 last, since = state, now
                 continue
+            away = None if paused else _pinned_away(self.client)  # asked only while nothing moves
+            if not paused and not away:
+                since = now
+                continue
             if now - since >= self.limit:
-                self.reason = self._reason(paused, len(workers))
+                self.reason = self._away_reason(*away) if away else self._reason(paused, len(workers))
                 logger.debug("stalled: %s", self.reason)
                 self._cancel()
                 return
@@ -139,6 +147,12 @@ class StallWatch:
             futures = [Future(k, self.client) for k in self.client.futures.copy() if k not in self._before]
         with contextlib.suppress(Exception):  # a client closing meanwhile ends the wait itself
             self.client.cancel(futures, reason="stalled", msg=self.reason)
+
+    def _away_reason(self, tasks: int, gone: list[str]) -> str:
+        named = ", ".join(gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
+        return (f"the run made no progress for {self.limit:g} s: {tasks} task(s) may run only on worker(s) that left the "
+                f"cluster ({named}), pinned there with workers= and no allow_other_workers; pin with "
+                "allow_other_workers=True so that they may run elsewhere (parallel.timeout bounds this wait)")
 
     def _reason(self, paused: dict[str, dict[str, Any]], n: int) -> str:
         from dask.utils import format_bytes as fb
@@ -155,6 +169,30 @@ class StallWatch:
                     "cluster.memory_limit, or give the run less data or more workers (parallel.timeout bounds this wait)")
         return (f"the run made no progress for {self.limit:g} s: {where}); raise cluster.memory_limit, or give the run "
                 "less data or more workers (parallel.timeout bounds this wait)")
+
+
+def _pinned_away(client: Any) -> tuple[int, list[str]] | None:
+    """How many tasks wait, and for which workers, where they may run only on workers that left the cluster."""
+    try:
+        return client.run_on_scheduler(_pinned_away_on)
+    except Exception as e:  # noqa: BLE001  (a scheduler without openclaw, or one closing: nothing to tell)
+        logger.debug("stall watch: could not ask the scheduler for tasks pinned away (%s)", e)
+        return None
+
+
+def _pinned_away_on(dask_scheduler: Any) -> tuple[int, list[str]] | None:
+    """On the scheduler: its unrunnable tasks restricted to workers of which none is in the cluster any more.
+
+    A worker that died and was started again has a new address, so a task pinned to the old one (``workers=``
+    without ``allow_other_workers``, as lost blocks of a pinned persist are recomputed) can never run:
+    distributed waits for ever without ``distributed.scheduler.no-workers-timeout``.
+    """
+    live, tasks, gone = dask_scheduler.workers, 0, set()
+    for ts in dask_scheduler.unrunnable:
+        if ts.worker_restrictions and not ts.loose_restrictions and not any(w in live for w in ts.worker_restrictions):
+            tasks += 1
+            gone |= ts.worker_restrictions
+    return (tasks, sorted(gone)) if tasks else None
 
 
 def _progress(workers: dict[str, dict[str, Any]]) -> tuple[Any, ...]:

@@ -110,8 +110,8 @@ class ParallelConfig:
         cuda backend: pool size and spill threshold (device_memory_limit) as this share of each device's memory;
         at most 0.95, and 0.7 or less is advised (a warning above)""")
     timeout: float = setting(v.duration(0.1, v.DAY), "30s", """
-        connect and comm timeout, and how long a run may stand still with a worker paused at its memory limit before
-        it ends (cluster/stall.py); raise to 60s on slow or busy networks""")
+        connect and comm timeout, and how long a run may stand still with a worker paused at its memory limit, or with
+        tasks pinned to workers that left, before it ends (cluster/stall.py); raise to 60s on slow or busy networks""")
     socket_buffer_size: int | None = setting(v.socket_buffer_size, None, """
         SO_SNDBUF/SO_RCVBUF of every TCP comm of the client, scheduler and workers, 4KiB..256MiB (tcp only:
         thread backend needs communication: tcp). null = OS default with autotuning, which a fixed size turns off;
