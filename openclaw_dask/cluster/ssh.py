@@ -63,6 +63,7 @@ _REFUSED = MappingProxyType({
 })
 # How long closing waits for the nannies to stop their worker processes (distributed's Nanny.kill: 4 s, then up to 9).
 _NANNIES_CLOSE_S = 15
+_ALIVE_S = 2  # a scheduler that does not answer within this is taken to be gone (a refused connect is retried till the timeout)
 # What the probe runs on each host: the imports a worker needs, then the cores it sees.
 _PROBE = "import openclaw_dask, distributed; from dask.system import CPU_COUNT; print(CPU_COUNT)"
 
@@ -309,7 +310,8 @@ def _nannies_first() -> type:
     class SshCluster(SpecCluster):
         async def _close(self) -> None:
             if self.status == Status.running and self.scheduler_comm is not None:
-                with contextlib.suppress(Exception):  # a scheduler already gone has no nannies to tell
+                with contextlib.suppress(Exception):  # a scheduler gone has no nannies to tell (and would hold this)
+                    await asyncio.wait_for(self.scheduler_comm.identity(), _ALIVE_S)
                     await asyncio.wait_for(self.scheduler_comm.broadcast(
                         msg={"op": "terminate", "reason": "openclaw-close"}, nanny=True, on_error="ignore"), _NANNIES_CLOSE_S)
             await super()._close()
