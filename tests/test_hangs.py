@@ -275,6 +275,21 @@ def test_only_paused_workers_with_nothing_moving_stall(worker, stalls):
         assert "cluster.max_spill" not in client.cancelled[1]  # no spill bound: the memory limit stopped it
 
 
+def test_a_scheduler_that_cannot_say_what_is_pinned_is_asked_once():
+    """A remote scheduler without openclaw cannot run the question: asked once per wait, not at every poll."""
+    client = _FakeClient({"tcp://127.0.0.1:1": {**_paused(), "status": "running"}})  # idle, nothing moving
+    asked = []
+
+    def run_on_scheduler(function):
+        asked.append(function)
+        raise ModuleNotFoundError("No module named 'openclaw_dask'")
+
+    client.run_on_scheduler = run_on_scheduler
+    with StallWatch(client, limit=0.2, futures=["f"], interval=0.02):
+        time.sleep(0.5)
+    assert len(asked) == 1 and client.cancelled is None
+
+
 def _nothing():
     import contextlib
 

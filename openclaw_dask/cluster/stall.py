@@ -97,6 +97,7 @@ class StallWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._before: set[Any] = set()
+        self._asks = True  # whether the scheduler may be asked for tasks pinned to workers that left
 
     def __enter__(self) -> StallWatch:
         if self.futures is None:  # what the block makes is what it waits for
@@ -129,7 +130,7 @@ class StallWatch:
             if executing or state != last:
                 last, since = state, now
                 continue
-            away = None if paused else _pinned_away(self.client)  # asked only while nothing moves
+            away = None if paused or not self._asks else self._pinned_away()  # asked only while nothing moves
             if not paused and not away:
                 since = now
                 continue
@@ -147,6 +148,15 @@ class StallWatch:
             futures = [Future(k, self.client) for k in self.client.futures.copy() if k not in self._before]
         with contextlib.suppress(Exception):  # a client closing meanwhile ends the wait itself
             self.client.cancel(futures, reason="stalled", msg=self.reason)
+
+    def _pinned_away(self) -> tuple[int, list[str]] | None:
+        """How many tasks wait, and for which workers, where they may run only on workers that left the cluster."""
+        try:
+            return self.client.run_on_scheduler(_pinned_away_on)
+        except Exception as e:  # noqa: BLE001  (a scheduler without openclaw, or one closing: nothing to tell)
+            logger.debug("stall watch: could not ask the scheduler for tasks pinned away (%s)", e)
+            self._asks = False  # once, not at every poll (a scheduler without openclaw would log each)
+            return None
 
     def _away_reason(self, tasks: int, gone: list[str]) -> str:
         named = ", ".join(gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
@@ -169,15 +179,6 @@ class StallWatch:
                     "cluster.memory_limit, or give the run less data or more workers (parallel.timeout bounds this wait)")
         return (f"the run made no progress for {self.limit:g} s: {where}); raise cluster.memory_limit, or give the run "
                 "less data or more workers (parallel.timeout bounds this wait)")
-
-
-def _pinned_away(client: Any) -> tuple[int, list[str]] | None:
-    """How many tasks wait, and for which workers, where they may run only on workers that left the cluster."""
-    try:
-        return client.run_on_scheduler(_pinned_away_on)
-    except Exception as e:  # noqa: BLE001  (a scheduler without openclaw, or one closing: nothing to tell)
-        logger.debug("stall watch: could not ask the scheduler for tasks pinned away (%s)", e)
-        return None
 
 
 def _pinned_away_on(dask_scheduler: Any) -> tuple[int, list[str]] | None:

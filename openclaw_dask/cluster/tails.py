@@ -32,7 +32,7 @@ from typing import Any
 
 from openclaw_dask.cluster.here import Ran, add
 
-__all__ = ["LOCAL_MAX_BYTES", "MAX_BYTES", "Tail", "tail_of", "tails_bound"]
+__all__ = ["LOCAL_MAX_BYTES", "MAX_BYTES", "Tail", "libraries_only", "tail_of", "tails_bound"]
 
 MAX_BYTES = 2**20  # partials at most this big come to the client over a network: under one task's round trip
 # From workers of this machine, gathering beat the engine's own levels of combines from 256 KiB to 64 MiB of partials
