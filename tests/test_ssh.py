@@ -335,6 +335,25 @@ def test_a_stopped_run_leaves_no_remote_process(ssh, tmp_path, sig, code):
     print(f"\nssh: {sig.name} closed the remote processes ({lines[0]!r}); {time.monotonic() - t0:.1f}s")
 
 
+def test_a_session_whose_scheduler_died_closes_at_once(ssh, tmp_path):
+    """The scheduler's process killed under a script (its host is up): closing asks it nothing. distributed's close
+    retried it for parallel.timeout (20 s here) and logged a traceback; its workers go once they miss it."""
+    script = tmp_path / "lost.py"
+    script.write_text("import os, signal, time\n"
+                      "import openclaw_dask\n"
+                      "s = openclaw_dask.session()\n"
+                      "os.kill(s.client.run_on_scheduler(os.getpid), signal.SIGKILL)  # one PID namespace here\n"
+                      "time.sleep(1)\n"
+                      "t0 = time.monotonic()\n"
+                      "s.close()\n"
+                      "print(f'closed in {time.monotonic() - t0:.2f} s')\n")
+    r = _openclaw(ssh, "run", str(script), *ssh.sets(**{"parallel.workers": 2}))
+    assert "Traceback" not in r.stdout + r.stderr, r.stderr
+    closed = [float(line.split()[2]) for line in r.stdout.splitlines() if line.startswith("closed in")]
+    assert closed and closed[0] < 5, (r.returncode, r.stdout, r.stderr)
+    _no_remote_left(ssh, timeout=30)  # the workers end once their death_timeout passes without the scheduler
+
+
 def test_doctor_checks_each_host(ssh):
     """One row per host: logged in and imports, or the one line that says why not."""
     r = _openclaw(ssh, "doctor", "--json", *ssh.sets(**{"parallel.workers": 2, "ssh.remote_python": [sys.executable, "/usr/bin/python3"]}))

@@ -63,7 +63,7 @@ _REFUSED = MappingProxyType({
 })
 # How long closing waits for the nannies to stop their worker processes (distributed's Nanny.kill: 4 s, then up to 9).
 _NANNIES_CLOSE_S = 15
-_ALIVE_S = 2  # a scheduler that does not answer within this is taken to be gone (a refused connect is retried till the timeout)
+_ALIVE_S = 2  # a scheduler that does not answer within this gets distributed's own close (a refused connect is retried)
 # What the probe runs on each host: the imports a worker needs, then the cores it sees.
 _PROBE = "import openclaw_dask, distributed; from dask.system import CPU_COUNT; print(CPU_COUNT)"
 
@@ -303,6 +303,11 @@ def _nannies_first() -> type:
     signal to each remote process, which did not stop them under Debian's sshd: the session returned in
     20 ms and the remote nannies and workers lived on until their ``death_timeout`` (``parallel.timeout``).
     A nanny told to ``terminate`` stops its worker process as a local one does: within ~4 s, at once if idle.
+
+    A scheduler whose SSH session says its process ended (killed, crashed) is not asked anything: distributed's
+    close retried it for ``parallel.timeout`` and logged a traceback. Its workers end on their own once their
+    ``death_timeout`` has passed without it. One that only does not answer (a host that went away) is closed
+    the way distributed closes it.
     """
     from distributed.core import Status
     from distributed.deploy.spec import SpecCluster
@@ -310,10 +315,16 @@ def _nannies_first() -> type:
     class SshCluster(SpecCluster):
         async def _close(self) -> None:
             if self.status == Status.running and self.scheduler_comm is not None:
-                with contextlib.suppress(Exception):  # a scheduler gone has no nannies to tell (and would hold this)
-                    await asyncio.wait_for(self.scheduler_comm.identity(), _ALIVE_S)
-                    await asyncio.wait_for(self.scheduler_comm.broadcast(
-                        msg={"op": "terminate", "reason": "openclaw-close"}, nanny=True, on_error="ignore"), _NANNIES_CLOSE_S)
+                scheduler = self.scheduler  # distributed.deploy.ssh's Scheduler: its SSH process, once started
+                if scheduler is not None and getattr(getattr(scheduler, "proc", None), "returncode", None) is not None:
+                    scheduler.status = Status.failed  # its process ended: SpecCluster's close asks it to retire nobody
+                    self.shutdown_scheduler = False  # nor to terminate: its SSH session is closed here instead
+                    await scheduler.close()
+                else:
+                    with contextlib.suppress(Exception):  # no answer: distributed's own close, as before
+                        await asyncio.wait_for(self.scheduler_comm.identity(), _ALIVE_S)
+                        await asyncio.wait_for(self.scheduler_comm.broadcast(
+                            msg={"op": "terminate", "reason": "openclaw-close"}, nanny=True, on_error="ignore"), _NANNIES_CLOSE_S)
             await super()._close()
 
     return SshCluster
