@@ -13,7 +13,7 @@ from dask.base import collections_to_expr
 from dask.core import flatten
 from dask.local import get_sync
 from distributed import get_task_stream, wait
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import openclaw_dask
@@ -76,8 +76,11 @@ def test_any_chain_of_operations_gives_the_same_results(names, chunks, both):
     """Any chunks and any chain of aliasing operations, asked for alone or beside an intermediate result."""
     x, arrays = base.rechunk(chunks), []
     for name in names:
+        # what the chain left must be something the next operation takes: a strided slice of 4 columns was
+        # empty, and a stencil over it raised in dask (hypothesis found it in a CI run)
+        assume(min(x.shape) >= 3)
         x = OPS[name](x)
-        x = x if x.ndim == 2 else x.reshape(-1)[:, None] * da.ones((1, 4), chunks=2)  # 2-d again for the next
+        x = x if x.ndim == 2 else x.reshape(-1)[:, None] * da.ones((1, 40), chunks=20)  # 2-d again for the next
         arrays.append(x)
     graph, keys = graph_of(*(arrays if both else arrays[-1:]))
     assert_same_results(graph, keys)
