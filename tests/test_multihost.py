@@ -17,9 +17,11 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,6 +147,22 @@ def namespaces(prefix: str = "openclaw", links=LINKS):
         for name in made:
             with contextlib.suppress(Exception):
                 _ip("netns", "del", name)
+
+
+def pids_in(*netns: str, exclude: Collection[int] = ()) -> list[int]:
+    """The processes of network namespaces ``netns`` (``ip netns pids``: orphans included), less ``exclude``."""
+    pids = []
+    for name in netns:
+        r = subprocess.run(["ip", "netns", "pids", name], check=False, capture_output=True, text=True, timeout=15)
+        pids += [int(pid) for pid in r.stdout.split() if int(pid) not in exclude]
+    return pids
+
+
+def kill_in(*netns: str, exclude: Collection[int] = ()) -> None:
+    """SIGKILL every process of network namespaces ``netns`` but ``exclude`` (what a test started there, orphans included)."""
+    for pid in pids_in(*netns, exclude=exclude):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture

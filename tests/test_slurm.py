@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BIN
+from tests.test_multihost import kill_in
 
 pytestmark = [pytest.mark.timeout(240)]
 
@@ -178,18 +179,9 @@ def one_node_slurm(partition: str = PARTITION) -> Iterator[Slurm]:
                 _wait(lambda: not slurm.jobs(), 15, "jobs left at the end", slurm)
         _stop(procs)
         if made_ns:
-            _kill_in(netns)
+            kill_in(netns)  # a job step whose slurmd went first: all of them are this test's
             subprocess.run(["ip", "netns", "del", netns], timeout=15, check=False, capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
-
-
-def _kill_in(netns: str) -> None:
-    """SIGKILL every process left in the namespace (a job step whose slurmd went first): all of them are this test's."""
-    ours = os.stat(f"/run/netns/{netns}").st_ino
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError):
-            if os.stat(f"/proc/{pid}/ns/net").st_ino == ours:
-                os.kill(int(pid), signal.SIGKILL)
 
 
 def _wait(ready, timeout: float, what: str, slurm: Slurm) -> None:

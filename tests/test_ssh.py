@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +28,7 @@ import pytest
 
 from openclaw_dask.cluster.registry import declared
 from tests.conftest import BIN
-from tests.test_multihost import Hosts, namespaces
+from tests.test_multihost import Hosts, kill_in, namespaces, pids_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -109,19 +109,10 @@ class Servers:
         import psutil
 
         out = []
-        for pid in _pids_in(self.hosts, exclude={p.pid for p in self.sshd}):
+        for pid in pids_in(*self.hosts.names[1:], exclude={p.pid for p in self.sshd}):
             with contextlib.suppress(psutil.NoSuchProcess):
                 out.append(" ".join(psutil.Process(pid).cmdline()))
         return out
-
-
-def _pids_in(hosts: Hosts, exclude: Collection[int] = ()) -> list[int]:
-    """The processes of SSH hosts 1 and 2 (``ip netns pids``), less ``exclude``."""
-    pids = []
-    for name in hosts.names[1:]:
-        r = subprocess.run(["ip", "netns", "pids", name], check=False, capture_output=True, text=True, timeout=15)
-        pids += [int(pid) for pid in r.stdout.split() if int(pid) not in exclude]
-    return pids
 
 
 def _keygen(path: Path) -> str:
@@ -135,13 +126,6 @@ def _wait_listening(log: Path, proc: subprocess.Popen, timeout: float = 15) -> N
         assert proc.poll() is None, f"sshd exited {proc.returncode}:\n{log.read_text()}"
         assert time.monotonic() < deadline, f"sshd not listening after {timeout}s:\n{log.read_text()}"
         time.sleep(0.05)
-
-
-def _kill_remote(hosts: Hosts, servers: list[subprocess.Popen]) -> None:
-    """Every process on the SSH hosts but sshd (what it started, orphans included); sshd stops with the namespaces."""
-    for pid in _pids_in(hosts, exclude={p.pid for p in servers}):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +161,7 @@ def ssh(tmp_path_factory) -> Iterator[Servers]:
             try:
                 yield Servers(hosts, files, servers)
             finally:
-                _kill_remote(hosts, servers)
+                kill_in(*hosts.names[1:], exclude={p.pid for p in servers})  # sshd stops with the namespaces
     finally:
         if made_privsep:
             with contextlib.suppress(OSError):
