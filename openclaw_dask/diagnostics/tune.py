@@ -60,15 +60,16 @@ class Trial:
     """One configuration: the keys it changes, the seconds of each sample of the measured step, and what they cost.
 
     ``times`` are the search's samples; ``confirm`` the fresh ones of the final test (leader and
-    current config only). ``wall_s`` and ``calls`` (sessions started) price more runs.
+    current config only). ``sessions`` (each session's wall seconds) and ``overheads`` (each one's start and
+    end: its wall less its samples) price more runs.
     """
 
     overrides: dict[str, Any]
     times: list[float] = field(default_factory=list)
     error: str | None = None
     confirm: list[float] = field(default_factory=list)
-    wall_s: float = 0.0
-    calls: int = 0
+    sessions: list[float] = field(default_factory=list)
+    overheads: list[float] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -79,11 +80,12 @@ class Trial:
         return statistics.median(self.times) if self.times else math.inf
 
     def cost_s(self, runs: int, *, slowest: bool = False) -> float:
-        """Seconds that a session of ``runs`` more samples should take, from what it has cost so far: each run
-        at the median, or at the slowest yet (what the search keeps in hand for the test, on a noisy machine)."""
-        if not self.calls:
+        """Seconds that a session of ``runs`` more samples should take, from what it has cost so far: its start and
+        each run typical (mean start, median run), or the slowest yet (what the search keeps in hand for the test, on
+        a noisy machine: a CI host's session start once outran the mean, and the test was left too little)."""
+        if not self.sessions:
             return 0.0
-        start = max(0.0, self.wall_s - sum(self.times) - sum(self.confirm)) / self.calls  # a session's start and end
+        start = max(self.overheads) if slowest else statistics.fmean(self.overheads)
         return start + runs * (max(self.times) if slowest and self.times else self.median_s)
 
     def to_dict(self) -> dict[str, Any]:
@@ -242,12 +244,14 @@ def tune(config: Any, target: str = "array-sum", *, script_args: tuple[str, ...]
         if samples <= 0 or trial.error:
             return
         say(f"{note}: {trial.label} ({samples} run(s))")
-        start = time.perf_counter()
+        start, got = time.perf_counter(), []
         try:
-            (trial.times if into is None else into).extend(measure(config, target, trial.overrides, samples, script_args))
+            got = measure(config, target, trial.overrides, samples, script_args)
         except Exception as e:  # noqa: BLE001  (a configuration that cannot run is a result, not a crash)
             trial.error = f"{type(e).__name__}: {e}"
-        trial.wall_s, trial.calls = trial.wall_s + time.perf_counter() - start, trial.calls + 1
+        (trial.times if into is None else into).extend(got)
+        trial.sessions.append(time.perf_counter() - start)
+        trial.overheads.append(max(0.0, trial.sessions[-1] - sum(got)))
 
     def left() -> float:
         return budget_s - (time.perf_counter() - t0)
@@ -293,9 +297,9 @@ def _next_cost(everyone: list[Trial], trial: Trial, runs: int) -> float:
     """What ``runs`` more of ``trial`` should cost; for one not yet run, what the dearest session so far cost."""
     if runs <= 0 or trial.error:
         return 0.0
-    if trial.calls:
+    if trial.sessions:
         return trial.cost_s(runs, slowest=True)
-    return max((t.wall_s / t.calls for t in everyone if t.calls), default=0.0)
+    return max((wall for t in everyone for wall in t.sessions), default=0.0)
 
 
 def _base_runs(baseline: Trial, runs: int) -> int:
