@@ -12,7 +12,8 @@ Before :meth:`Session.compute <openclaw_dask.Session.compute>` runs delayed obje
    tasks of each group here, as :func:`~openclaw_dask.dataflow.map` does, and keeps their
    results when they are small (bigger ones are dropped, and those tasks run again on the engine);
    when the rest of a group would take less time here than one task costs the engine, it runs
-   here too;
+   here too; and where the group and the result asked for are the whole graph, when it would take
+   less than the round trip (:data:`ROUND_TRIP_TASKS` tasks) that sending any of it costs;
 3. puts each group into tasks of :func:`~openclaw_dask.dataflow.batched.plan_batches`' size,
    named ``(<name>-<token>, i)`` so the profiler counts them under the user's task name; each
    consumer reads its item out of the batch's tuple inside its own task (no extra tasks);
@@ -51,6 +52,10 @@ logger = logging.getLogger("openclaw_dask.dataflow")
 
 MIN_GROUP = 32  # fewer same-named tasks than this are never worth a pass
 KEEP_BYTES = 64 * 2**10  # a timed task's result at most this big goes into the graph as data
+# A compute sent to a cluster costs a round trip (~7-9 ms to worker processes): about this many tasks' overhead. The
+# tiny-tasks kernel's 1,000 calls took ~4 ms here on an AMD host: against one task's 2 ms, their rest went to the
+# workers in 1 compute of 3 (75-79 ms instead of 9-15)
+ROUND_TRIP_TASKS = 4
 
 
 Unpack = Callable[[tuple[Any, ...]], tuple[Any, ...]]  # what was computed -> the results of the collections asked for
@@ -135,12 +140,14 @@ def _batched(session: SessionLike, graph: dict[Any, Any], outputs: set[Any]) -> 
     reasons: set[str] = set()
     overhead = session.engine.task_overhead_s
     for name, keys in _groups(graph, outputs).items():
+        # the group and the results asked for are the whole graph: all of it here saves the engine's round trip
+        budget = overhead * (ROUND_TRIP_TASKS if len(graph) - len(keys) <= len(outputs) else 1)
         probed = _probe(graph, keys, subs)
         if probed is None:
             continue
         ran, item_s = probed
         here[name] = (ran, ran * item_s)
-        if 0 < len(keys) - ran and (len(keys) - ran) * item_s <= overhead:  # the rest costs less than one task
+        if 0 < len(keys) - ran and (len(keys) - ran) * item_s <= budget:  # the rest costs less here than there
             more = _probe(graph, keys[ran:], subs, seconds=math.inf)
             if more is not None:
                 ran += more[0]
