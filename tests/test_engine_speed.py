@@ -78,7 +78,11 @@ def test_every_suite_kernel_gives_the_same_result_batched_and_unbatched(s, kerne
 
 def spin(i):
     """``i + 1`` after 50 us of work: too long to run all 400 in the pass's 2 ms, too short for a task each."""
-    end = time.perf_counter() + 50e-6
+    return wait_for(i, 50e-6)
+
+
+def wait_for(i, seconds):
+    end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
     return i + 1
@@ -105,13 +109,6 @@ def test_a_loop_of_microsecond_calls_runs_in_the_client_and_the_profile_says_so(
     assert s.small_tasks.groups["inc"] == (200, 0) and "all ran here" in s.small_tasks.reason
     report = analyze(record)
     assert report.ran_here == record.ran_here and "200 'inc' in" in report.here_line()
-
-
-def wait_for(i, seconds):
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-    return i + 1
 
 
 @pytest.mark.parametrize("s", ["process"], indirect=True)  # 2 ms a task: a call's own cost (~10 us) is not in the way
