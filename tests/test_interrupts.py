@@ -404,6 +404,23 @@ def test_teardown_noise_is_dropped_and_nothing_else():
     assert not _FILTER.filter(record("asyncio", unretrieved, closed, args=()))
     assert _FILTER.filter(record("asyncio", unretrieved, ValueError("a real failure"), args=()))
     assert _FILTER.filter(record("asyncio", unretrieved.replace("Scheduler.broadcast", "user_code"), closed, args=()))
+    # a scheduler's connection pool closed twice around a connect (distributed's race, Slurm, Ctrl-C): asyncio's error
+    def reschedule():  # asyncio.Timeout's, on a timeout that has fired
+        raise RuntimeError("Cannot change state of expiring Timeout")
+
+    def cancel_timeout_cb():  # distributed's callback that fires a pending connect's timeout
+        reschedule()
+
+    try:
+        cancel_timeout_cb()
+    except RuntimeError:
+        info = sys.exc_info()
+    op = "Exception while handling op %s"
+    assert not _FILTER.filter(logging.LogRecord("distributed.core", logging.ERROR, __file__, 1, op, ("terminate",), info))
+    assert _FILTER.filter(record("distributed.core", op, RuntimeError("a plugin's teardown failed"), args=("terminate",)))
+    gone = "Failed to remove %r (failed in %r): %s"  # a scratch folder already removed with the session's folder
+    assert not _FILTER.filter(record("distributed.diskutils", gone, args=("/t/s", "lstat", "[Errno 2] No such file or directory: '/t/s'")))
+    assert _FILTER.filter(record("distributed.diskutils", gone, args=("/t/s", "rmdir", "[Errno 39] Directory not empty: '/t/s'")))
 
 
 
