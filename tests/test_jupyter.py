@@ -32,20 +32,29 @@ def _status(url: str) -> int:
         return e.code
 
 
-def _run_cells(tmp_path: Path, *sources: str) -> dict:
-    """Execute the cells in a fresh Jupyter kernel, as nbmake runs the notebooks; the executed notebook."""
+_WATCH = "import faulthandler, sys\nfaulthandler.dump_traceback_later(75, file=sys.__stderr__)"
+
+
+def run_cells(tmp_path: Path, *sources: str) -> dict:
+    """Execute the cells in a fresh Jupyter kernel, as nbmake runs the notebooks; the executed notebook.
+
+    A cell has 90 s, within pytest's 120, so a hung cell ends in nbclient's own error and its kernel is shut
+    down (pytest's timeout left nbclient's signal handlers behind, seen once in CI); at 75 s the kernel
+    writes its threads' stacks to stderr, which pytest shows with the failure.
+    """
     nbformat = pytest.importorskip("nbformat")
     from nbclient import NotebookClient
 
     book = nbformat.v4.new_notebook()
-    book.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    book.cells = [nbformat.v4.new_code_cell(s) for s in (_WATCH, *sources)]
     # Run as a background job, pytest starts with SIGINT ignored, and starting or stopping a kernel here
     # has put Python's default handler back (seen in the full suite, not alone): leave it as it was.
     sigint = signal.getsignal(signal.SIGINT)
     try:
-        NotebookClient(book, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+        NotebookClient(book, timeout=90, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     finally:
         signal.signal(signal.SIGINT, sigint)
+    book.cells = book.cells[1:]
     path = tmp_path / "executed.ipynb"
     nbformat.write(book, path)
     return json.loads(path.read_text())
@@ -151,7 +160,7 @@ def test_dashboard_off_outside_jupyter_gives_no_link():
 
 @pytest.mark.slow
 def test_dashboard_auto_is_on_in_a_jupyter_kernel_and_its_link_answers(tmp_path):
-    book = _run_cells(
+    book = run_cells(
         tmp_path,
         "import urllib.request, openclaw_dask\n"
         "with openclaw_dask.session(backend='process', workers=1) as s:\n"
@@ -172,7 +181,7 @@ def test_dashboard_auto_is_on_in_a_jupyter_kernel_and_its_link_answers(tmp_path)
 
 @pytest.mark.slow
 def test_bokehjs_is_sent_once_per_kernel_however_many_plots(tmp_path):
-    book = _run_cells(
+    book = run_cells(
         tmp_path,
         "import dask.array as da, openclaw_dask\n"
         "runs = []\n"

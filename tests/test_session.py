@@ -268,25 +268,16 @@ def test_jupyter_repr_shows_backend_workers_threads_memory_chunks_dashboard_and_
 
 
 def test_progress_bar_is_a_widget_in_a_notebook(tmp_path):
-    nbformat = pytest.importorskip("nbformat")
-    from nbclient import NotebookClient
+    from tests.test_jupyter import run_cells
 
-    book = nbformat.v4.new_notebook()
-    book.cells = [nbformat.v4.new_code_cell(
-        "import openclaw_dask\n"
-        "from openclaw_dask.workloads import WORKLOADS\n"
-        "with openclaw_dask.session(workers=2) as s:\n"
-        "    assert WORKLOADS['array-sum'](s, size=8 * 2**20, repeat=1, progress=True).ok"
-    )]
-    found = signal.getsignal(signal.SIGINT)
-    try:
-        NotebookClient(book, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    finally:  # nbclient's loop.remove_signal_handler sets SIGINT to Python's default, whatever was there before
-        # (ignored, where pytest runs as a background job of a non-interactive shell: `bash -c '... &'`)
-        signal.signal(signal.SIGINT, found)
-    kinds = {kind for out in book.cells[0].outputs for kind in out.get("data", {})}
+    book = run_cells(tmp_path, "import openclaw_dask\n"
+                               "from openclaw_dask.workloads import WORKLOADS\n"
+                               "with openclaw_dask.session(workers=2) as s:\n"
+                               "    assert WORKLOADS['array-sum'](s, size=8 * 2**20, repeat=1, progress=True).ok")
+    outputs = book["cells"][0]["outputs"]
+    kinds = {kind for out in outputs for kind in out.get("data", {})}
     assert "application/vnd.jupyter.widget-view+json" in kinds  # rich's live bar, as an ipywidgets Output
-    assert not [o for o in book.cells[0].outputs if o.get("name") == "stderr" and "ipywidgets" in o.get("text", "")]
+    assert not [o for o in outputs if o.get("name") == "stderr" and "ipywidgets" in "".join(o.get("text", ""))]
 
 
 _HEAP_PROBE = """
