@@ -158,11 +158,13 @@ class StallWatch:
             self._asks = False  # once, not at every poll (a scheduler without openclaw would log each)
             return None
 
+    def _stalled(self, why: str, fix: str) -> str:
+        return f"the run made no progress for {self.limit:g} s: {why}; {fix} (parallel.timeout bounds this wait)"
+
     def _away_reason(self, tasks: int, gone: list[str]) -> str:
         named = ", ".join(gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
-        return (f"the run made no progress for {self.limit:g} s: {tasks} task(s) may run only on worker(s) that left the "
-                f"cluster ({named}), pinned there with workers= and no allow_other_workers; pin with "
-                "allow_other_workers=True so that they may run elsewhere (parallel.timeout bounds this wait)")
+        return self._stalled(f"{tasks} task(s) may run only on worker(s) that left the cluster ({named}), pinned there "
+                             "with workers= and no allow_other_workers", "pin with allow_other_workers=True so that they may run elsewhere")
 
     def _reason(self, paused: dict[str, dict[str, Any]], n: int) -> str:
         from dask.utils import format_bytes as fb
@@ -173,12 +175,11 @@ class StallWatch:
         held, disk = m.get("managed_bytes", 0), (m.get("spilled_bytes") or {}).get("disk", 0)
         where = (f"{len(paused)} of {n} worker(s) paused near their memory limit ({address}: process "
                  f"{fb(m.get('memory', 0))} of cluster.memory_limit {fb(w.get('memory_limit') or 0)}, data {fb(held)}")
+        fewer = "or give the run less data or more workers"
         if self.max_spill and held:
-            return (f"the run made no progress for {self.limit:g} s: {where}, {fb(disk)} spilled, and cluster.max_spill "
-                    f"({fb(self.max_spill)} per worker) lets no more data go to disk); raise cluster.max_spill or "
-                    "cluster.memory_limit, or give the run less data or more workers (parallel.timeout bounds this wait)")
-        return (f"the run made no progress for {self.limit:g} s: {where}); raise cluster.memory_limit, or give the run "
-                "less data or more workers (parallel.timeout bounds this wait)")
+            return self._stalled(f"{where}, {fb(disk)} spilled, and cluster.max_spill ({fb(self.max_spill)} per worker) "
+                                 "lets no more data go to disk)", f"raise cluster.max_spill or cluster.memory_limit, {fewer}")
+        return self._stalled(f"{where})", f"raise cluster.memory_limit, {fewer}")
 
 
 def _pinned_away_on(dask_scheduler: Any) -> tuple[int, list[str]] | None:
