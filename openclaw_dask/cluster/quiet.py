@@ -47,7 +47,8 @@ class _TeardownNoise(logging.Filter):
         if record.name == "distributed.core":  # the same, in an rpc object collected with it (seen under SSH, Ctrl-C)
             return str(record.msg) != "rpc object %s deleted with %d open comms" and not _pool_closed_twice(record)
         if record.name == "distributed.diskutils" and str(record.msg).startswith("Failed to remove"):
-            return f"[Errno {errno.ENOENT}]" not in str(record.args[-1] if record.args else "")  # already gone
+            said = record.args[-1] if isinstance(record.args, tuple) and record.args else ""
+            return f"[Errno {errno.ENOENT}]" not in str(said)  # already gone
         if record.name == "tornado.application":  # a call cut short by Ctrl-C before it began (distributed's sync)
             return not (_exc_name(record) == "NameError" and "sync.<locals>.cancel" in record.getMessage())
         if record.name in ("distributed.scheduler", "asyncio") and _broadcast_cut(record):
