@@ -214,6 +214,16 @@ def test_compare_against_itself_reports_no_regression(quick_run):
     assert regressions(report, 0) == []
 
 
+def test_cpu_steal_is_a_share_of_the_window_it_was_read_over():
+    from openclaw_dask.diagnostics.benchmark_run import STEAL_WINDOW_S, steal_share
+
+    assert steal_share(10.0, 10.5, 2.0) == 0.25
+    assert steal_share(10.0, 10.02, 0.05) is None  # two 10 ms ticks in a 50 ms window: too coarse to tell
+    assert steal_share(10.0, 13.0, STEAL_WINDOW_S) == 1.0  # ticks read at the window's edges: never over the whole
+    assert steal_share(10.0, 9.99, 2.0) == 0.0
+    assert steal_share(None, 1.0, 2.0) is None and steal_share(1.0, None, 2.0) is None  # no steal counter here
+
+
 @pytest.mark.slow
 def test_cpu_steal_is_named_in_the_markdown_from_two_percent(quick_run):
     from openclaw_dask.diagnostics.benchmark import load_report
