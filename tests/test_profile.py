@@ -66,9 +66,19 @@ def test_tiny_chunks_are_overhead_bound_with_a_chunk_size_fix():
     assert f"parallel.task_chunk_size to {suggested}" in over.fix  # the prose names the same value
 
 
+def _starved(report) -> bool:
+    """Only a load-imbalance verdict, over workers that were given the same tasks and bytes: a lane ran slower, not
+    longer (under xdist the other test process can hold a core for part of a run: 1.57x the mean once in CI)."""
+    same = len(report.workers) > 1 and len({(w.tasks, w.bytes_computed) for w in report.workers}) == 1
+    return same and [v.kind for v in report.verdicts] == ["load-imbalance"]
+
+
 @pytest.mark.parametrize("backend", ["thread", "process"])
 def test_balanced_default_run_gets_no_verdict(backend):
-    report = run_profile(backend=backend, workers=2, size="1GiB", repeat=3)
+    for _ in range(3):  # a verdict from a starved lane is measured again; an unequal share of the work fails at once
+        report = run_profile(backend=backend, workers=2, size="1GiB", repeat=3)
+        if not _starved(report):
+            break
     assert report.verdicts == [], [v.summary for v in report.verdicts]
     assert report.imbalance["lanes"] == 2
     assert {w.tasks > 0 for w in report.workers} == {True}
