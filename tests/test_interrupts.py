@@ -376,7 +376,7 @@ def test_teardown_noise_is_dropped_and_nothing_else():
     from openclaw_dask.cluster.quiet import _FILTER
 
     def record(name, msg, exc=None, args=("a", "b")):
-        return logging.LogRecord(name, logging.ERROR, __file__, 1, msg, args, (type(exc), exc, None) if exc else None)
+        return logging.LogRecord(name, logging.ERROR, __file__, 1, msg, args, (type(exc), exc, exc.__traceback__) if exc else None)
 
     def sync():  # the shape of distributed.utils.sync's own nested callback, which Ctrl-C can run too early
         def cancel():
@@ -411,12 +411,10 @@ def test_teardown_noise_is_dropped_and_nothing_else():
     def cancel_timeout_cb():  # distributed's callback that fires a pending connect's timeout
         reschedule()
 
-    try:
+    with pytest.raises(RuntimeError) as fired:
         cancel_timeout_cb()
-    except RuntimeError:
-        info = sys.exc_info()
     op = "Exception while handling op %s"
-    assert not _FILTER.filter(logging.LogRecord("distributed.core", logging.ERROR, __file__, 1, op, ("terminate",), info))
+    assert not _FILTER.filter(record("distributed.core", op, fired.value, args=("terminate",)))
     assert _FILTER.filter(record("distributed.core", op, RuntimeError("a plugin's teardown failed"), args=("terminate",)))
     gone = "Failed to remove %r (failed in %r): %s"  # a scratch folder already removed with the session's folder
     assert not _FILTER.filter(record("distributed.diskutils", gone, args=("/t/s", "lstat", "[Errno 2] No such file or directory: '/t/s'")))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import traceback
 
 __all__ = ["install"]
 
@@ -71,10 +72,8 @@ def _broadcast_cut(record: logging.LogRecord) -> bool:
 
 def _pool_closed_twice(record: logging.LogRecord) -> bool:
     """A connection pool's second close met a connect whose timeout its first close had already fired."""
-    names, tb = set(), record.exc_info[2] if record.exc_info else None
-    while tb is not None:
-        names.add(tb.tb_frame.f_code.co_name)
-        tb = tb.tb_next
+    tb = record.exc_info[2] if record.exc_info else None
+    names = {frame.f_code.co_name for frame, _ in traceback.walk_tb(tb)}
     return _exc_name(record) == "RuntimeError" and "cancel_timeout_cb" in names
 
 
