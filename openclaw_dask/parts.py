@@ -40,6 +40,7 @@ __all__ = ["Terminated", "build", "watch"]
 def build(stack: contextlib.ExitStack, session: SessionLike) -> RunningCluster:
     """Take parts 1-4 of ``session`` on ``stack`` and return the running engine."""
     from openclaw_dask import memory_model
+    from openclaw_dask.cluster import quiet
     from openclaw_dask.cluster.heap import one_arena
     from openclaw_dask.cluster.process_state import PROCESS, Layer
     from openclaw_dask.cluster.scratch import scratch
@@ -66,6 +67,8 @@ def build(stack: contextlib.ExitStack, session: SessionLike) -> RunningCluster:
         require_prometheus_client()  # before anything starts
     # before the engine's threads start (a client's IO loop receives results): blocks they free stay reusable
     one_arena()
+    # before the start: a Ctrl-C that cuts it short closes what it started, and that teardown's noise is not news either
+    quiet.install()
     running = stack.enter_context(backend.start(config))
     # a plain x.compute() in the session runs where Session.compute does, checked as it is
     engine = running.dask_config()
