@@ -258,8 +258,10 @@ WRITERS = {  # command -> (argv for an output path, the file it writes there)
     "profile --html": (lambda p: ["profile", *_QUICK, "--html", str(p)], lambda p: p),
     # tune writes only a config better with confidence: one with tiny chunks planted, and time to show it (8 s
     # once left a CI run's confirmation short of the runs its test needs, so it wrote nothing)
+    # 20 s: with 12, a loaded CI host (the other xdist process) left tune's final side-by-side test too few runs twice,
+    # and tune then rightly wrote nothing
     "tune --write": (lambda p: ["tune", "array-sum", "--size", "4MiB", "--set", "workload.repeat=1", "--set",
-                                "parallel.task_chunk_size=16KiB", "--budget", "12s", "--write", str(p)], lambda p: p),
+                                "parallel.task_chunk_size=16KiB", "--budget", "20s", "--write", str(p)], lambda p: p),
     "benchmark --out": (lambda p: ["benchmark", "--suite", "smoke", "--repeat", "1", "--out", str(p)], lambda p: p / "report.json"),
 }
 
